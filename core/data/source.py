@@ -1,0 +1,54 @@
+"""The contract a data-source plugin fulfils (Sudoku, Maze, ARC, a third party's task).
+
+A data plugin returns instances of :class:`DataSource` from the ``register_data_sources``
+hook. The core never imports a source by name: it finds it by ``name`` (``[data] source`` in a
+run spec, ``trm data build NAME``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class DataSource(Protocol):
+    """A task that can build puzzle-dataset directories and read and judge its puzzles.
+
+    ``options_type`` is an attrs class whose fields are the build options. The core
+    structures ``[data.generate]`` of a run spec into it (errors name ``data.generate.KEY``) and
+    turns each field into a ``--field-name`` option of ``trm data build NAME``; its docstring
+    and field metadata ``{"help": ...}`` become the help text.
+    """
+
+    name: str
+    options_type: type
+
+    def build(
+        self, options: Any, out_dir: Path, seed: int, log: Callable[[str], None]
+    ) -> None:
+        """Write ``out_dir/train`` and ``out_dir/test`` in the puzzle-dataset format.
+
+        Deterministic for the same ``options`` and ``seed``; no test question may also appear
+        in train. Raises TrmError for bad options or unreadable input files.
+        """
+        ...
+
+    def format_grid(self, tokens: np.ndarray) -> str:
+        """Render one example's token row (dataset encoding) as human-readable text."""
+        ...
+
+    def parse_puzzle(self, text: str, seq_len: int) -> np.ndarray:
+        """Parse a puzzle given on the command line or in a file into a token row.
+
+        Returns int32 tokens of length ``seq_len`` in the dataset encoding. Raises TrmError
+        naming what is malformed.
+        """
+        ...
+
+    def check_answer(self, question: np.ndarray, answer: np.ndarray) -> bool:
+        """True when ``answer`` (token row) is a valid solution of ``question`` (token row)."""
+        ...

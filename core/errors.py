@@ -1,0 +1,21 @@
+"""The one error type that reaches a user.
+
+Anything the user can fix — a bad spec key, a missing data directory, an unknown plugin —
+raises :class:`TrmError`. The CLI prints it as one line ``trm: error: …`` and exits with
+code 2; ``--debug`` shows the traceback. Everything else is a bug and exits with code 1.
+"""
+
+from __future__ import annotations
+
+
+class TrmError(Exception):
+    """A problem in the user's input: says what was wrong, where, and what to do."""
+
+    exit_code = 2
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message

@@ -1,0 +1,354 @@
+"""Run specs: the TOML file that says what to train and how.
+
+A spec has four sections, each an attrs class: ``[arch]`` (the network, with the reference
+implementation's names), ``[train]`` (optimisation), ``[data]`` (which task and where its
+files are) and ``[runtime]`` (device, precision, threads). Specs are frozen; every change —
+``--set``, an ``adapt_config`` plugin — makes a new one with :func:`attrs.evolve`.
+
+cattrs is used only at the boundary (TOML in, TOML out). Structuring is strict: an unknown key,
+a value of the wrong type, or an impossible value raises :class:`~trm.errors.TrmError` naming
+the key path (``train.lr``) and what to do.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import cattrs
+import tomli_w
+from attrs import field, frozen
+
+from trm.errors import TrmError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+COMPILE_CHOICES = ("auto", "on", "off")
+POS_ENCODINGS = ("rope", "learned", "none")
+LOSSES = ("stablemax", "softmax")
+OPTIMIZERS = ("adam_atan2", "adamw")
+
+
+@frozen
+class ArchSpec:
+    """The TRM network. Names follow the reference implementation."""
+
+    hidden_size: int = 512
+    expansion: float = 4.0
+    num_heads: int = 8
+    L_layers: int = 2
+    H_cycles: int = 3
+    L_cycles: int = 6
+    pos_encodings: str = "rope"
+    mlp_t: bool = False
+    puzzle_emb_ndim: int = 512
+    puzzle_emb_len: int = 16
+    halt_max_steps: int = 16
+    halt_exploration_prob: float = 0.1
+    no_ACT_continue: bool = True
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    loss: str = "stablemax"
+
+
+@frozen
+class TrainSpec:
+    """Optimisation. One step is one optimizer update over ``global_batch_size`` rows."""
+
+    global_batch_size: int = 768
+    max_steps: int = 0
+    epochs: float = 0.0
+    lr: float = 1e-4
+    lr_min_ratio: float = 1.0
+    lr_warmup_steps: int = 2000
+    beta1: float = 0.9
+    beta2: float = 0.95
+    weight_decay: float = 0.1
+    optimizer: str = "adam_atan2"
+    puzzle_emb_lr: float = 1e-2
+    puzzle_emb_weight_decay: float = 0.1
+    ema: bool = False
+    ema_rate: float = 0.999
+    seed: int = 0
+    eval_interval: int = 0
+    eval_max_examples: int = 0
+    checkpoint_interval_steps: int = 0
+    checkpoint_keep: int = 3
+
+
+@frozen
+class DataSpec:
+    """Which task, and where its puzzle-dataset directory is.
+
+    ``dir`` empty means: build the data with the source's generator from ``[data.generate]``
+    into the run directory (cached there, rebuilt only when the options change).
+    """
+
+    source: str = "sudoku"
+    dir: str = ""
+    train_split: str = "train"
+    eval_split: str = "test"
+    generate: dict[str, Any] = field(factory=dict)
+
+
+@frozen
+class RuntimeSpec:
+    """Where and how the loop runs; ``auto`` lets the backend plugins choose."""
+
+    device: str = "auto"
+    precision: str = "auto"
+    threads: int = 0
+    compile: str = "auto"
+    micro_batch_size: int = 0
+
+
+@frozen
+class RunSpec:
+    """A whole run: ``name`` labels the run directory; the rest are the four sections."""
+
+    name: str = "run"
+    arch: ArchSpec = field(factory=ArchSpec)
+    train: TrainSpec = field(factory=TrainSpec)
+    data: DataSpec = field(factory=DataSpec)
+    runtime: RuntimeSpec = field(factory=RuntimeSpec)
+
+
+def _strict_converter() -> cattrs.Converter:
+    """A converter that refuses unknown keys and never coerces between types."""
+    conv = cattrs.Converter(forbid_extra_keys=True)
+
+    def exact(kind: type, accept: tuple[type, ...]):
+        def structure(value: Any, _type: type) -> Any:
+            if isinstance(value, bool) and kind is not bool:
+                raise TypeError(f"expected {kind.__name__}, got a boolean")
+            if not isinstance(value, accept):
+                raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+            return kind(value)
+
+        return structure
+
+    conv.register_structure_hook(int, exact(int, (int,)))
+    conv.register_structure_hook(float, exact(float, (int, float)))
+    conv.register_structure_hook(bool, exact(bool, (bool,)))
+    conv.register_structure_hook(str, exact(str, (str,)))
+    conv.register_structure_hook_func(
+        lambda t: t == dict[str, Any], lambda v, _t: _require_table(v)
+    )
+    return conv
+
+
+def _require_table(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a table, got {type(value).__name__}")
+    return dict(value)
+
+
+CONVERTER = _strict_converter()
+
+
+def structure_strict(data: dict[str, Any], cls: type, where: str, root: str = "") -> Any:
+    """Structure ``data`` into attrs class ``cls`` or raise TrmError naming the key path.
+
+    ``where`` names the origin (a file, ``--set``); ``root`` prefixes key paths
+    (``data.generate``) for nested option tables.
+    """
+    try:
+        return CONVERTER.structure(data, cls)
+    except cattrs.ClassValidationError as exc:
+        problems = [_rewrite_path(line, root) for line in cattrs.transform_error(exc)]
+        raise TrmError(f"{where}: {'; '.join(problems)}") from exc
+
+
+def _rewrite_path(line: str, root: str) -> str:
+    """Turn cattrs' ``msg @ $.a.b`` into ``a.b: msg`` (prefixed with ``root``)."""
+    message, _, path = line.rpartition(" @ ")
+    if not path:
+        return line
+    key = path.removeprefix("$").lstrip(".")
+    key = ".".join(p for p in (root, key) if p)
+    if message.startswith("extra fields found"):
+        names = message.split("(", 1)[-1].rstrip(")")
+        return f"unknown key(s) {names} in [{key or 'top level'}]; check the spelling"
+    return f"{key}: {message}"
+
+
+def load_spec(path: Path) -> RunSpec:
+    """Read, structure and validate a TOML run spec."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise TrmError(f"spec file {path} does not exist; give a path or a shipped spec name") from exc
+    except OSError as exc:
+        raise TrmError(f"cannot read spec file {path}: {exc.strerror}") from exc
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TrmError(f"{path}: malformed TOML: {exc}") from exc
+    raw.setdefault("name", path.stem)
+    spec = structure_strict(raw, RunSpec, str(path))
+    validate(spec, str(path))
+    return spec
+
+
+def spec_to_toml(spec: RunSpec) -> str:
+    """The spec as TOML text that :func:`load_spec` reads back to an equal spec."""
+    return tomli_w.dumps(CONVERTER.unstructure(spec))
+
+
+def spec_to_dict(spec: RunSpec) -> dict[str, Any]:
+    """Plain-data form of a spec (for JSON and checkpoints)."""
+    return CONVERTER.unstructure(spec)
+
+
+def spec_from_dict(data: dict[str, Any], where: str) -> RunSpec:
+    """Inverse of :func:`spec_to_dict`, with the same strict checks as loading a file."""
+    spec = structure_strict(data, RunSpec, where)
+    validate(spec, where)
+    return spec
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse one ``--set section.key=value``; the value is read as a TOML value or a string."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise TrmError(f"--set {text!r}: expected KEY=VALUE, e.g. --set train.lr=3e-4")
+    raw = raw.strip()
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value
+
+
+def apply_overrides(spec: RunSpec, overrides: list[str]) -> RunSpec:
+    """Apply ``--set`` overrides with the same type checks as the file; returns a new spec."""
+    if not overrides:
+        return spec
+    data = spec_to_dict(spec)
+    for text in overrides:
+        key, value = parse_override(text)
+        parts = key.split(".")
+        node: Any = data
+        for depth, part in enumerate(parts[:-1]):
+            if not isinstance(node, dict) or part not in node or not isinstance(node[part], dict):
+                where = ".".join(parts[: depth + 1])
+                raise TrmError(f"--set {key}: there is no section [{where}]; "
+                               f"sections are {', '.join(s for s in data if isinstance(data[s], dict))}")
+            node = node[part]
+        leaf = parts[-1]
+        if len(parts) == 1 and leaf != "name":
+            raise TrmError(f"--set {key}: name a section and key, e.g. train.lr")
+        is_open_table = parts[:2] == ["data", "generate"]
+        if leaf not in node and not is_open_table:
+            known = ", ".join(sorted(node))
+            raise TrmError(f"--set {key}: unknown key {leaf!r}; known keys here: {known}")
+        node[leaf] = value
+    spec = structure_strict(data, RunSpec, "--set")
+    validate(spec, "--set")
+    return spec
+
+
+def validate(spec: RunSpec, where: str) -> None:
+    """Raise TrmError for values that type-check but cannot work, naming the key path."""
+    problems: list[str] = []
+
+    def need(ok: bool, key: str, message: str) -> None:
+        if not ok:
+            problems.append(f"{key}: {message}")
+
+    a, t, d, r = spec.arch, spec.train, spec.data, spec.runtime
+    for name in ("hidden_size", "num_heads", "L_layers", "H_cycles", "L_cycles", "halt_max_steps"):
+        need(getattr(a, name) >= 1, f"arch.{name}", "must be at least 1")
+    need(a.hidden_size % max(a.num_heads, 1) == 0, "arch.hidden_size",
+         f"{a.hidden_size} is not divisible by arch.num_heads={a.num_heads}")
+    need(a.mlp_t or (a.hidden_size // max(a.num_heads, 1)) % 2 == 0 or a.pos_encodings != "rope",
+         "arch.num_heads", "RoPE needs an even head size (hidden_size / num_heads)")
+    need(a.expansion > 0, "arch.expansion", "must be positive")
+    need(a.pos_encodings in POS_ENCODINGS, "arch.pos_encodings", f"must be one of {POS_ENCODINGS}")
+    need(a.loss in LOSSES, "arch.loss", f"must be one of {LOSSES}")
+    need(a.puzzle_emb_ndim >= 0, "arch.puzzle_emb_ndim", "must be 0 or more")
+    need(a.puzzle_emb_len >= 0, "arch.puzzle_emb_len", "must be 0 or more")
+    need(a.puzzle_emb_ndim <= max(a.puzzle_emb_len, 1) * a.hidden_size, "arch.puzzle_emb_ndim",
+         "must fit in puzzle_emb_len tokens of hidden_size")
+    need(0.0 <= a.halt_exploration_prob <= 1.0, "arch.halt_exploration_prob", "must be in [0, 1]")
+    need(a.rms_norm_eps > 0, "arch.rms_norm_eps", "must be positive")
+    need(t.global_batch_size >= 1, "train.global_batch_size", "must be at least 1")
+    need(t.max_steps >= 0, "train.max_steps", "must be 0 (use epochs) or more")
+    need(t.epochs >= 0, "train.epochs", "must be 0 or more")
+    need(t.max_steps > 0 or t.epochs > 0, "train.max_steps", "set max_steps or epochs above 0")
+    for name in ("puzzle_emb_lr", "weight_decay", "puzzle_emb_weight_decay"):
+        value = getattr(t, name)
+        need(math.isfinite(value) and value >= 0, f"train.{name}", f"must be 0 or more, got {value}")
+    need(math.isfinite(t.lr) and t.lr > 0, "train.lr", f"must be positive, got {t.lr}")
+    need(0.0 <= t.lr_min_ratio <= 1.0, "train.lr_min_ratio", "must be in [0, 1]")
+    need(t.lr_warmup_steps >= 0, "train.lr_warmup_steps", "must be 0 or more")
+    need(0.0 <= t.beta1 < 1.0 and 0.0 <= t.beta2 < 1.0, "train.beta1", "betas must be in [0, 1)")
+    need(t.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}")
+    need(0.0 < t.ema_rate < 1.0, "train.ema_rate", "must be in (0, 1)")
+    need(t.eval_interval >= 0, "train.eval_interval", "must be 0 (only at the end) or more")
+    need(t.eval_max_examples >= 0, "train.eval_max_examples", "must be 0 (all) or more")
+    need(t.checkpoint_interval_steps >= 0, "train.checkpoint_interval_steps", "must be 0 or more")
+    need(t.checkpoint_keep >= 1, "train.checkpoint_keep", "must be at least 1")
+    need(bool(d.source), "data.source", "name a data source, e.g. sudoku")
+    need(r.device in DEVICES, "runtime.device", f"must be one of {DEVICES}")
+    need(r.precision in PRECISIONS, "runtime.precision", f"must be one of {PRECISIONS}")
+    need(r.compile in COMPILE_CHOICES, "runtime.compile", f"must be one of {COMPILE_CHOICES}")
+    need(r.threads >= 0, "runtime.threads", "must be 0 (auto) or more")
+    need(r.micro_batch_size >= 0, "runtime.micro_batch_size", "must be 0 (whole batch) or more")
+    need(r.micro_batch_size == 0 or t.global_batch_size % r.micro_batch_size == 0,
+         "runtime.micro_batch_size",
+         f"must divide train.global_batch_size={t.global_batch_size}")
+    if problems:
+        raise TrmError(f"{where}: " + "; ".join(problems))
+
+
+def shipped_spec_names() -> list[str]:
+    """Names of the specs shipped with trm (``trm run quickstart``)."""
+    from importlib import resources
+
+    return sorted(
+        p.name.removesuffix(".toml")
+        for p in resources.files("trm.specs").iterdir()
+        if p.name.endswith(".toml")
+    )
+
+
+def resolve_spec_path(name_or_path: str) -> Path:
+    """A file path as given, or the path of a shipped spec of that name."""
+    from importlib import resources
+
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        return path
+    candidate = resources.files("trm.specs") / f"{name_or_path}.toml"
+    if candidate.is_file():
+        return Path(str(candidate))
+    raise TrmError(
+        f"no spec file or shipped spec named {name_or_path!r}; "
+        f"shipped specs: {', '.join(shipped_spec_names())}"
+    )
+
+
+__all__ = [
+    "ArchSpec",
+    "DataSpec",
+    "RunSpec",
+    "RuntimeSpec",
+    "TrainSpec",
+    "apply_overrides",
+    "load_spec",
+    "resolve_spec_path",
+    "spec_from_dict",
+    "spec_to_dict",
+    "spec_to_toml",
+    "structure_strict",
+    "validate",
+]
