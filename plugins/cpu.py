@@ -1,1 +1,88 @@
-X=1
+"""CPU backend: threads from physical cores, CPU facts, fp32 or native-bf16 autocast."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from pathlib import Path
+
+import psutil
+import torch
+
+from trm import hookimpl
+from trm.hardware import HardwareProfile
+from trm.runtime import RuntimeChoice
+from trm.spec import RunSpec
+
+ACTIVATION = "default"
+
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def _cpu_flags() -> tuple[str, ...] | None:
+    """CPU feature flags from /proc/cpuinfo (Linux); None where they cannot be read."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return tuple(sorted(set(line.split(":", 1)[1].split())))
+    return None
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+@hookimpl
+def detect_hardware() -> HardwareProfile:
+    flags = _cpu_flags()
+    memory = psutil.virtual_memory()
+    return HardwareProfile(
+        os=f"{platform.system()} {platform.release()}",
+        python=sys.version.split()[0],
+        torch_version=torch.__version__,
+        cpu_model=_cpu_model(),
+        cpu_arch=platform.machine() or None,
+        physical_cores=psutil.cpu_count(logical=False),
+        logical_cores=psutil.cpu_count(logical=True),
+        cpu_flags=flags,
+        cpu_native_bf16=None if flags is None else any(f in flags for f in BF16_FLAGS),
+        memory_total_bytes=memory.total,
+        memory_available_bytes=memory.available,
+    )
+
+
+def _usable_cores(hardware: HardwareProfile) -> int:
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    cores = hardware.physical_cores or hardware.logical_cores or 1
+    return max(1, min(cores, affinity or cores))
+
+
+@hookimpl(trylast=True)
+def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | None:
+    runtime = spec.runtime
+    if runtime.device not in ("auto", "cpu"):
+        return None
+    threads = runtime.threads or _usable_cores(hardware)
+    torch.set_num_threads(threads)
+    notes: list[str] = []
+    precision = runtime.precision
+    if precision == "auto":
+        precision = "fp32"
+    elif precision == "fp16":
+        notes.append("fp16 is slow on CPUs; using bf16 autocast instead")
+        precision = "bf16"
+    if precision == "bf16" and not hardware.cpu_native_bf16:
+        notes.append("this CPU has no native bf16; bf16 autocast will be emulated and slow")
+    compile_on = runtime.compile == "on"
+    return RuntimeChoice(device="cpu", precision=precision, threads=threads,
+                         compile=compile_on, notes=tuple(notes))

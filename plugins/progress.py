@@ -1,0 +1,104 @@
+"""Live progress: one refreshing line on a terminal, plain periodic lines otherwise.
+
+The line shows step/total, samples/s, loss, the latest eval exact accuracy and the ETA.
+The end of the run prints a short summary. (metrics.jsonl and summary.json are written by
+the core loop, so switching this plugin off never loses a record.)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from trm import hookimpl
+from trm.control import TrainControl
+from trm.state import TrainState
+
+ACTIVATION = "default"
+
+PLAIN_LINES_PER_RUN = 20
+PLAIN_MIN_INTERVAL_S = 15.0
+
+
+class _Progress:
+    """Per-process display state (one run per process)."""
+
+    def __init__(self) -> None:
+        self.start_s = 0.0
+        self.start_step = 0
+        self.last_print_s = 0.0
+        self.tty = False
+        self.eval_text = "-"
+
+    def line(self, state: TrainState, metrics: dict[str, Any]) -> str:
+        elapsed_s = time.perf_counter() - self.start_s
+        done = state.step - self.start_step
+        remaining = state.total_steps - state.step
+        eta_s = elapsed_s / done * remaining if done else float("nan")
+        return (f"step {state.step}/{state.total_steps}  {metrics['samples_per_s']:.0f} samples/s"
+                f"  loss {metrics['loss']:.4f}  eval exact {self.eval_text}"
+                f"  ETA {_format_duration(eta_s)}")
+
+
+_display = _Progress()
+
+
+def _format_duration(seconds: float) -> str:
+    if seconds != seconds:  # NaN
+        return "?"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _print(text: str) -> None:
+    if _display.tty:
+        sys.stdout.write("\r\033[K" + text)
+    else:
+        sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+@hookimpl
+def on_train_start(state: TrainState, control: TrainControl) -> None:
+    _display.start_s = time.perf_counter()
+    _display.start_step = state.step
+    _display.last_print_s = 0.0
+    _display.tty = sys.stdout.isatty()
+    _display.eval_text = "-"
+
+
+@hookimpl
+def on_step(state: TrainState, metrics: dict[str, Any], control: TrainControl) -> None:
+    now = time.perf_counter()
+    every = max(1, state.total_steps // PLAIN_LINES_PER_RUN)
+    due = _display.tty and now - _display.last_print_s >= 0.2
+    due = due or (not _display.tty and (state.step % every == 0 or state.step == 1 or
+                                         now - _display.last_print_s >= PLAIN_MIN_INTERVAL_S))
+    if due:
+        _display.last_print_s = now
+        _print(_display.line(state, metrics))
+
+
+@hookimpl
+def on_eval(state: TrainState, metrics: dict[str, Any], control: TrainControl) -> None:
+    _display.eval_text = f"{metrics['exact_accuracy']:.1%}"
+    text = (f"eval @ step {state.step}: exact accuracy {metrics['exact_accuracy']:.2%}, "
+            f"cell accuracy {metrics['cell_accuracy']:.2%} ({metrics['examples']} held-out)")
+    if _display.tty:
+        sys.stdout.write("\r\033[K")
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+@hookimpl
+def on_train_end(state: TrainState, summary: dict[str, Any]) -> None:
+    if _display.tty:
+        sys.stdout.write("\n")
+    best = summary.get("best_exact_accuracy") or 0.0
+    print(f"done: {summary['steps']} steps, {summary['samples']} samples in "
+          f"{_format_duration(summary['wall_s'])}; best exact accuracy {best:.2%} "
+          f"({summary['stopped']})")
+    sys.stdout.flush()
