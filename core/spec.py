@@ -64,7 +64,7 @@ class TrainSpec:
 
     global_batch_size: int = 768
     max_steps: int = 0
-    epochs: float = 0.0
+    epochs: float = 1.0
     lr: float = 1e-4
     lr_min_ratio: float = 1.0
     lr_warmup_steps: int = 2000

@@ -155,7 +155,6 @@ class Trainer:
         )
         self._resume(state)
         sampler = TrainSampler(train_index, global_batch, train_cfg.seed)
-        loss_fn = ACTLoss(spec.arch.loss)
         stop_step = state.total_steps
         if self.max_steps is not None:
             stop_step = min(stop_step, self.max_steps)
@@ -179,7 +178,7 @@ class Trainer:
                 t0 = time.perf_counter()
                 examples = sampler.examples_for_step(state.step)
                 batch = train_index.gather(examples)
-                sums = self._optimizer_step(state, batch, loss_fn)
+                sums = self._optimizer_step(state, batch)
                 state.step += 1
                 state.samples += global_batch
                 step_s = time.perf_counter() - t0
@@ -249,9 +248,7 @@ class Trainer:
         return summary
 
     # ---- pieces of a step --------------------------------------------------------------
-    def _optimizer_step(
-        self, state: TrainState, batch: dict[str, np.ndarray], loss_fn: ACTLoss
-    ) -> dict[str, float]:
+    def _optimizer_step(self, state: TrainState, batch: dict[str, np.ndarray]) -> dict[str, float]:
         """One optimizer update over the global batch, split into micro-batches.
 
         Each micro-batch runs one supervision step on its rows of the carry; the loss sum is
@@ -270,8 +267,9 @@ class Trainer:
             sub_batch = {k: v[rows] for k, v in device_batch.items()}
             with autocast(self.device, self.dtype):
                 carry, outputs = model(carry, sub_batch, min_halt_steps=min_halt_steps[rows])
-            loss_sum, metrics = loss_fn.compute(
-                outputs, carry.current_data["labels"], carry.halted
+            loss_sum, metrics = ACTLoss.compute(
+                outputs, carry.current_data["labels"], carry.halted, self.spec.arch.loss,
+                steps=carry.steps,
             )
             (loss_sum / global_batch).backward()
             state.carry.assign_rows(rows, carry)
@@ -282,11 +280,12 @@ class Trainer:
             raise TrainingFailed(
                 f"step {state.step + 1}: the loss is not finite ({sums['loss_sum']}); "
                 "the last good checkpoint is kept — lower train.lr or check the data")
-        lr = lr_at_step(state.step, self.spec.train, state.total_steps)
         for opt in state.optimizers:
-            opt.set_lr_scale(lr / self.spec.train.lr) if hasattr(opt, "set_lr_scale") else None
-        for opt in state.optimizers:
+            for group in opt.param_groups:
+                group["lr"] = lr_at_step(state.step, self.spec.train, state.total_steps,
+                                         group["base_lr"])
             opt.step()
+        lr = lr_at_step(state.step, self.spec.train, state.total_steps)
         if state.ema is not None:
             state.ema.update(model)
         sums["lr"] = lr
@@ -319,7 +318,7 @@ class Trainer:
         args = (eval_index, arch.halt_max_steps, state.micro_batch_size, self.device, self.dtype,
                 self.spec.train.eval_max_examples)
         if state.ema is not None:
-            with state.ema.swapped_in(state.model):
+            with state.ema.swap_in(state.model):
                 result = evaluate(state.model, *args)
         else:
             result = evaluate(state.model, *args)

@@ -1,0 +1,34 @@
+"""The TRM network, its losses, optimizers and weight averaging."""
+
+from __future__ import annotations
+
+from .ema import EMA
+from .losses import (
+    IGNORE_LABEL_ID,
+    ACTLoss,
+    act_loss,
+    softmax_cross_entropy,
+    stablemax_cross_entropy,
+    stablemax_log_probs,
+)
+from .optim import AdamATan2, build_optimizers, lr_at_step
+from .sparse_embedding import SignSGDSparse, SparsePuzzleEmbedding
+from .trm import TinyRecursiveModel, TRMCarry, puzzle_prefix_len
+
+__all__ = [
+    "EMA",
+    "IGNORE_LABEL_ID",
+    "ACTLoss",
+    "AdamATan2",
+    "SignSGDSparse",
+    "SparsePuzzleEmbedding",
+    "TRMCarry",
+    "TinyRecursiveModel",
+    "act_loss",
+    "build_optimizers",
+    "lr_at_step",
+    "puzzle_prefix_len",
+    "softmax_cross_entropy",
+    "stablemax_cross_entropy",
+    "stablemax_log_probs",
+]

@@ -1,0 +1,161 @@
+"""Building blocks of the TRM network: linear, embedding, RMS norm, SwiGLU, RoPE, attention.
+
+All layers keep their weights in float32 and never cast them; under ``torch.autocast`` the
+matrix products run in the autocast dtype while norms and residual sums stay in float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+CosSin = tuple[Tensor, Tensor]
+
+_TRUNC_BOUND = 2.0  # truncate at ±2 standard deviations of the underlying normal
+
+
+def _truncated_unit_std(bound: float = _TRUNC_BOUND) -> float:
+    """Standard deviation of a standard normal truncated to [-bound, bound]."""
+    mass = math.erf(bound / math.sqrt(2.0))
+    density = math.exp(-0.5 * bound * bound) / math.sqrt(2.0 * math.pi)
+    return math.sqrt(1.0 - 2.0 * bound * density / mass)
+
+
+def trunc_normal_(tensor: Tensor, std: float) -> Tensor:
+    """Fill ``tensor`` in place with a normal truncated at ±2σ whose *actual* std is ``std``.
+
+    Like JAX/Flax's truncated-normal initialiser (and unlike ``nn.init.trunc_normal_``, whose
+    ``std`` is that of the normal before truncation). ``std == 0`` gives zeros.
+    """
+    with torch.no_grad():
+        if std == 0:
+            return tensor.zero_()
+        sigma = std / _truncated_unit_std()
+        return nn.init.trunc_normal_(
+            tensor, mean=0.0, std=sigma, a=-_TRUNC_BOUND * sigma, b=_TRUNC_BOUND * sigma
+        )
+
+
+def round_up_to_multiple(value: int, multiple: int) -> int:
+    """Smallest multiple of ``multiple`` that is >= ``value``."""
+    return -(-value // multiple) * multiple
+
+
+class Linear(nn.Module):
+    """``y = x Wᵀ (+ b)``; W [out, in] is truncated LeCun normal (std 1/sqrt(in)), b zeros."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = nn.Parameter(
+            trunc_normal_(torch.empty(out_features, in_features), std=in_features**-0.5)
+        )
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, bias={self.bias is not None}"
+
+
+class Embedding(nn.Module):
+    """Lookup table [num_embeddings, dim] initialised truncated-normal with std ``init_std``."""
+
+    def __init__(self, num_embeddings: int, dim: int, init_std: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(trunc_normal_(torch.empty(num_embeddings, dim), std=init_std))
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return F.embedding(ids, self.weight)
+
+
+def rms_norm(x: Tensor, eps: float) -> Tensor:
+    """Non-parametric RMS norm over the last axis, computed in float32, returned in x's dtype."""
+    x32 = x.float()
+    normed = x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)
+    return normed.to(x.dtype)
+
+
+class SwiGLU(nn.Module):
+    """``down(silu(gate) * up)`` over the last axis of width ``hidden``.
+
+    The inner width is ``round(expansion * hidden * 2/3)`` rounded up to a multiple of 256;
+    gate and up share one fused projection ``gate_up`` [hidden -> 2 * inner].
+    """
+
+    def __init__(self, hidden: int, expansion: float) -> None:
+        super().__init__()
+        self.inter = round_up_to_multiple(round(expansion * hidden * 2 / 3), 256)
+        self.gate_up = Linear(hidden, 2 * self.inter)
+        self.down = Linear(self.inter, hidden)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position tables for ``max_positions`` positions of a ``dim``-wide head.
+
+    ``forward()`` returns ``(cos, sin)``, each float32 [max_positions, dim], in the
+    rotate-half layout (the frequency vector repeated twice along the last axis).
+    """
+
+    def __init__(self, dim: int, max_positions: int, base: float) -> None:
+        super().__init__()
+        inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+        angles = torch.outer(torch.arange(max_positions, dtype=torch.float32), inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self) -> CosSin:
+        return self.cos, self.sin
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """``[x1, x2] -> [-x2, x1]`` over the last axis."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """Rotate q, k [B, S, H, Dh] by position tables cos, sin [S, Dh]; computed in cos's dtype."""
+    cos_b, sin_b = cos.unsqueeze(-2), sin.unsqueeze(-2)
+
+    def rotate(t: Tensor) -> Tensor:
+        t_c = t.to(cos.dtype)
+        return (t_c * cos_b + rotate_half(t_c) * sin_b).to(t.dtype)
+
+    return rotate(q), rotate(k)
+
+
+class Attention(nn.Module):
+    """Non-causal multi-head self-attention with a fused qkv projection and optional RoPE."""
+
+    def __init__(self, hidden: int, num_heads: int) -> None:
+        super().__init__()
+        if hidden % num_heads:
+            raise ValueError(f"hidden={hidden} is not divisible by num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.head_dim = hidden // num_heads
+        self.qkv = Linear(hidden, 3 * hidden)
+        self.o = Linear(hidden, hidden)
+
+    def forward(self, x: Tensor, cos_sin: CosSin | None = None) -> Tensor:
+        """x [B, S, hidden] -> [B, S, hidden]; cos_sin tables must cover S positions."""
+        batch, seq, hidden = x.shape
+        qkv = self.qkv(x).view(batch, seq, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.unbind(dim=2)
+        if cos_sin is not None:
+            cos, sin = cos_sin
+            q, k = apply_rotary(q, k, cos[:seq], sin[:seq])
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=False
+        )
+        return self.o(out.transpose(1, 2).reshape(batch, seq, hidden))

@@ -1,0 +1,125 @@
+"""Optimizers and the learning-rate schedule of TRM training."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..spec import TrainSpec
+from .sparse_embedding import SignSGDSparse
+
+
+class AdamATan2(torch.optim.Optimizer):
+    """Adam with ``atan2`` in place of the epsilon-guarded division (Everett et al. 2024).
+
+    Per parameter, with step t, m and v Adam's moments (m₀ = v₀ = 0)::
+
+        p = p * (1 - lr * weight_decay)              # decoupled weight decay
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g²
+        p = p - lr / (1 - beta1ᵗ) * atan2(m, sqrt(v / (1 - beta2ᵗ)))
+
+    This follows the ``adam-atan2`` package the reference trains with (imoneoi/adam-atan2,
+    CUDA kernel): no extra scale constants (lucidrains' ``a = 1.27, b = 1`` are not used),
+    and the first-moment bias correction scales the step rather than sitting inside atan2.
+    There is no eps: with zero gradient history atan2(0, 0) = 0, and every step is bounded
+    by ``lr / (1 - beta1ᵗ) * pi / 2``. Set ``param_groups[i]["lr"]`` freely between steps.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any],
+        lr: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.95),
+        weight_decay: float = 0.1,
+    ) -> None:
+        if lr < 0 or weight_decay < 0:
+            raise ValueError(f"lr and weight_decay must be >= 0, got {lr}, {weight_decay}")
+        if not all(0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"betas must be in [0, 1), got {betas}")
+        super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, wd = group["lr"], group["weight_decay"]
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("AdamATan2 does not support sparse gradients")
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+                t = state["step"].item()
+                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                grad = p.grad.to(exp_avg.dtype)
+                p.mul_(1.0 - lr * wd)
+                exp_avg.lerp_(grad, 1.0 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+                denom = exp_avg_sq.sqrt() / math.sqrt(1.0 - beta2**t)
+                step_size = lr / (1.0 - beta1**t)
+                p.add_(torch.atan2(exp_avg, denom).to(p.dtype), alpha=-step_size)
+        return loss
+
+
+def build_optimizers(model: nn.Module, train: TrainSpec) -> list[Any]:
+    """``[SignSGDSparse for the puzzle table (if the model has one), dense optimizer]``.
+
+    The dense optimizer (``train.optimizer``: ``adam_atan2`` or ``adamw``) gets every
+    trainable parameter with ``train.lr``, ``(beta1, beta2)`` and ``weight_decay``; the
+    sparse one gets ``puzzle_emb_lr``/``puzzle_emb_weight_decay``. Each param group records
+    its base learning rate under ``"base_lr"`` for :func:`lr_at_step`.
+    """
+    optimizers: list[Any] = []
+    puzzle_emb = getattr(model, "puzzle_emb", None)
+    if puzzle_emb is not None:
+        sparse = SignSGDSparse(puzzle_emb, lr=train.puzzle_emb_lr,
+                               weight_decay=train.puzzle_emb_weight_decay)
+        sparse.param_groups[0]["base_lr"] = train.puzzle_emb_lr
+        optimizers.append(sparse)
+    params = [p for p in model.parameters() if p.requires_grad]
+    betas = (train.beta1, train.beta2)
+    if train.optimizer == "adam_atan2":
+        dense: torch.optim.Optimizer = AdamATan2(
+            params, lr=train.lr, betas=betas, weight_decay=train.weight_decay
+        )
+    elif train.optimizer == "adamw":
+        dense = torch.optim.AdamW(params, lr=train.lr, betas=betas, weight_decay=train.weight_decay)
+    else:
+        raise ValueError(f"unknown optimizer {train.optimizer!r}; use adam_atan2 or adamw")
+    for group in dense.param_groups:
+        group["base_lr"] = train.lr
+    optimizers.append(dense)
+    return optimizers
+
+
+def lr_at_step(
+    step: int, train: TrainSpec, total_steps: int, base_lr: float | None = None
+) -> float:
+    """Learning rate for update number ``step`` (``base_lr`` defaults to ``train.lr``).
+
+    Linear warmup ``base * step / max(1, warmup)`` while ``step < lr_warmup_steps``, then
+    cosine from ``base`` at ``step == warmup`` to ``base * lr_min_ratio`` at
+    ``step == total_steps`` (held there after).
+    """
+    base = train.lr if base_lr is None else base_lr
+    warmup = train.lr_warmup_steps
+    if step < warmup:
+        return base * step / max(1, warmup)
+    progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+    min_ratio = train.lr_min_ratio
+    cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return base * (min_ratio + max(0.0, (1.0 - min_ratio) * cosine))

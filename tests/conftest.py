@@ -1,0 +1,30 @@
+"""Shared fixtures: a CLI runner that captures exit code, stdout and stderr."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trm.cli.main import main
+
+
+class CliResult:
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run ``trm ARGS…`` in process; returns CliResult(code, out, err)."""
+
+    def run(*args: str | Path) -> CliResult:
+        code = main([str(a) for a in args])
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("trm: error:")]

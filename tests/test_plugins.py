@@ -1,0 +1,81 @@
+"""The plugin manager: entry points, activation, --plugins on/off, trm plugins output."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pytest
+
+from trm import hookimpl
+from trm.errors import TrmError
+from trm.plugin_manager import load_plugins, parse_plugin_list
+
+BUILT_IN_DEFAULTS = {"cpu", "checkpoint", "progress", "sudoku"}
+
+
+def test_built_in_plugins_come_from_entry_points_and_are_on_by_default():
+    pm = load_plugins()
+    names = {info.name for info in pm.infos}
+    assert BUILT_IN_DEFAULTS <= names
+    assert BUILT_IN_DEFAULTS <= set(pm.enabled_names())
+    assert all(info.distribution == "trm" for info in pm.infos if info.name in BUILT_IN_DEFAULTS)
+
+
+def test_no_prefix_switches_a_default_plugin_off():
+    pm = load_plugins(["no:progress"])
+    assert "progress" not in pm.enabled_names()
+    assert pm.pm.get_plugin("progress") is None
+
+
+def test_unknown_plugin_is_an_error_listing_known_names():
+    with pytest.raises(TrmError, match=r"unknown plugin 'nosuch'.*cpu"):
+        load_plugins(["nosuch"])
+
+
+def test_parse_plugin_list_splits_commas_and_no_prefix():
+    assert parse_plugin_list(["a,b", "no:c", ""]) == (["a", "b"], ["c"])
+
+
+def test_in_process_plugin_hooks_are_called_and_listed():
+    module = types.ModuleType("fake")
+    calls = []
+
+    @hookimpl
+    def on_train_end(summary):  # takes only the argument it uses
+        calls.append(summary)
+
+    module.on_train_end = on_train_end
+    pm = load_plugins(["no:progress"], extra_modules=[("fake", module)])
+    pm.hook.on_train_end(state=None, summary={"x": 1})
+    assert calls == [{"x": 1}]
+    info = next(i for i in pm.infos if i.name == "fake")
+    assert info.enabled and info.hooks == ("on_train_end",)
+
+
+def test_adapt_config_is_chained_in_call_order_each_seeing_the_previous_result():
+    def make(name, factor):
+        module = types.ModuleType(name)
+
+        @hookimpl
+        def adapt_config(spec):
+            return spec * factor, [("x", spec, spec * factor, name)]
+
+        module.adapt_config = adapt_config
+        return name, module
+
+    pm = load_plugins(["no:cpu"], extra_modules=[make("double", 2), make("triple", 3)])
+    results = pm.call_chained("adapt_config", "spec", spec=1, hardware=None, estimate=None,
+                              mode="balanced")
+    # pluggy calls the later-registered plugin first: triple sees 1, double sees 3
+    assert [r[0] for r in results] == [3, 6]
+
+
+def test_trm_plugins_json_lists_hooks_and_state(cli):
+    result = cli("plugins", "--json")
+    assert result.code == 0
+    doc = json.loads(result.out)
+    by_name = {p["name"]: p for p in doc["plugins"]}
+    assert "save_checkpoint" in by_name["checkpoint"]["hooks"]
+    assert by_name["cpu"]["enabled"] is True
+    assert by_name["cpu"]["version"]
