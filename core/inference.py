@@ -16,8 +16,10 @@ def restore_model(payload: dict[str, Any], device: torch.device) -> tuple[RunSpe
     spec = spec_from_dict(payload["spec"], "checkpoint spec")
     shape = payload.get("dataset_shape")
     if not shape:
-        raise TrmError("the checkpoint does not record its dataset shape; "
-                       "it was written by an incompatible trm version")
+        raise TrmError(
+            "the checkpoint does not record its dataset shape; "
+            "it was written by an incompatible trm version"
+        )
     model = build_model(spec, shape)
     model.load_state_dict(payload["model"])
     if payload.get("ema") is not None:

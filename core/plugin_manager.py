@@ -151,13 +151,18 @@ def load_plugins(
         else:
             enabled = False
         hooks = tuple(
-            sorted(h for h in dir(hookspecs) if not h.startswith("_") and
-                   callable(getattr(module, h, None)) and hasattr(getattr(module, h),
-                                                                  "trm_impl"))
+            sorted(
+                h
+                for h in dir(hookspecs)
+                if not h.startswith("_")
+                and callable(getattr(module, h, None))
+                and hasattr(getattr(module, h), "trm_impl")
+            )
         )
         doc = (module.__doc__ or "").strip().splitlines()
-        infos.append(PluginInfo(name, dist, version, activation, enabled, hooks,
-                                doc[0] if doc else ""))
+        infos.append(
+            PluginInfo(name, dist, version, activation, enabled, hooks, doc[0] if doc else "")
+        )
         if enabled:
             pm.register(module, name=name)
     pm.check_pending()

@@ -75,8 +75,10 @@ def data_sources(pm: TrmPluginManager) -> dict[str, DataSource]:
     for sources in pm.hook.register_data_sources():
         for source in sources or ():
             if source.name in found:
-                raise TrmError(f"two plugins provide the data source {source.name!r}; "
-                               "switch one off with --plugins no:NAME")
+                raise TrmError(
+                    f"two plugins provide the data source {source.name!r}; "
+                    "switch one off with --plugins no:NAME"
+                )
             found[source.name] = source
     return found
 

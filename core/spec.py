@@ -184,7 +184,9 @@ def load_spec(path: Path) -> RunSpec:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise TrmError(f"spec file {path} does not exist; give a path or a shipped spec name") from exc
+        raise TrmError(
+            f"spec file {path} does not exist; give a path or a shipped spec name"
+        ) from exc
     except OSError as exc:
         raise TrmError(f"cannot read spec file {path}: {exc.strerror}") from exc
     try:
@@ -240,8 +242,10 @@ def apply_overrides(spec: RunSpec, overrides: list[str]) -> RunSpec:
         for depth, part in enumerate(parts[:-1]):
             if not isinstance(node, dict) or part not in node or not isinstance(node[part], dict):
                 where = ".".join(parts[: depth + 1])
-                raise TrmError(f"--set {key}: there is no section [{where}]; "
-                               f"sections are {', '.join(s for s in data if isinstance(data[s], dict))}")
+                raise TrmError(
+                    f"--set {key}: there is no section [{where}]; "
+                    f"sections are {', '.join(s for s in data if isinstance(data[s], dict))}"
+                )
             node = node[part]
         leaf = parts[-1]
         if len(parts) == 1 and leaf != "name":
@@ -267,17 +271,26 @@ def validate(spec: RunSpec, where: str) -> None:
     a, t, d, r = spec.arch, spec.train, spec.data, spec.runtime
     for name in ("hidden_size", "num_heads", "L_layers", "H_cycles", "L_cycles", "halt_max_steps"):
         need(getattr(a, name) >= 1, f"arch.{name}", "must be at least 1")
-    need(a.hidden_size % max(a.num_heads, 1) == 0, "arch.hidden_size",
-         f"{a.hidden_size} is not divisible by arch.num_heads={a.num_heads}")
-    need(a.mlp_t or (a.hidden_size // max(a.num_heads, 1)) % 2 == 0 or a.pos_encodings != "rope",
-         "arch.num_heads", "RoPE needs an even head size (hidden_size / num_heads)")
+    need(
+        a.hidden_size % max(a.num_heads, 1) == 0,
+        "arch.hidden_size",
+        f"{a.hidden_size} is not divisible by arch.num_heads={a.num_heads}",
+    )
+    need(
+        a.mlp_t or (a.hidden_size // max(a.num_heads, 1)) % 2 == 0 or a.pos_encodings != "rope",
+        "arch.num_heads",
+        "RoPE needs an even head size (hidden_size / num_heads)",
+    )
     need(a.expansion > 0, "arch.expansion", "must be positive")
     need(a.pos_encodings in POS_ENCODINGS, "arch.pos_encodings", f"must be one of {POS_ENCODINGS}")
     need(a.loss in LOSSES, "arch.loss", f"must be one of {LOSSES}")
     need(a.puzzle_emb_ndim >= 0, "arch.puzzle_emb_ndim", "must be 0 or more")
     need(a.puzzle_emb_len >= 0, "arch.puzzle_emb_len", "must be 0 or more")
-    need(a.puzzle_emb_ndim <= max(a.puzzle_emb_len, 1) * a.hidden_size, "arch.puzzle_emb_ndim",
-         "must fit in puzzle_emb_len tokens of hidden_size")
+    need(
+        a.puzzle_emb_ndim <= max(a.puzzle_emb_len, 1) * a.hidden_size,
+        "arch.puzzle_emb_ndim",
+        "must fit in puzzle_emb_len tokens of hidden_size",
+    )
     need(0.0 <= a.halt_exploration_prob <= 1.0, "arch.halt_exploration_prob", "must be in [0, 1]")
     need(a.rms_norm_eps > 0, "arch.rms_norm_eps", "must be positive")
     need(t.global_batch_size >= 1, "train.global_batch_size", "must be at least 1")
@@ -286,7 +299,9 @@ def validate(spec: RunSpec, where: str) -> None:
     need(t.max_steps > 0 or t.epochs > 0, "train.max_steps", "set max_steps or epochs above 0")
     for name in ("puzzle_emb_lr", "weight_decay", "puzzle_emb_weight_decay"):
         value = getattr(t, name)
-        need(math.isfinite(value) and value >= 0, f"train.{name}", f"must be 0 or more, got {value}")
+        need(
+            math.isfinite(value) and value >= 0, f"train.{name}", f"must be 0 or more, got {value}"
+        )
     need(math.isfinite(t.lr) and t.lr > 0, "train.lr", f"must be positive, got {t.lr}")
     need(0.0 <= t.lr_min_ratio <= 1.0, "train.lr_min_ratio", "must be in [0, 1]")
     need(t.lr_warmup_steps >= 0, "train.lr_warmup_steps", "must be 0 or more")
@@ -303,9 +318,11 @@ def validate(spec: RunSpec, where: str) -> None:
     need(r.compile in COMPILE_CHOICES, "runtime.compile", f"must be one of {COMPILE_CHOICES}")
     need(r.threads >= 0, "runtime.threads", "must be 0 (auto) or more")
     need(r.micro_batch_size >= 0, "runtime.micro_batch_size", "must be 0 (whole batch) or more")
-    need(r.micro_batch_size == 0 or t.global_batch_size % r.micro_batch_size == 0,
-         "runtime.micro_batch_size",
-         f"must divide train.global_batch_size={t.global_batch_size}")
+    need(
+        r.micro_batch_size == 0 or t.global_batch_size % r.micro_batch_size == 0,
+        "runtime.micro_batch_size",
+        f"must divide train.global_batch_size={t.global_batch_size}",
+    )
     if problems:
         raise TrmError(f"{where}: " + "; ".join(problems))
 

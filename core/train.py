@@ -115,8 +115,10 @@ class Trainer:
         eval_path = self.data_dir / self.spec.data.eval_split
         evaluation = SplitIndex(open_split(eval_path)) if eval_path.exists() else None
         if evaluation is None:
-            self.log(f"no {self.spec.data.eval_split!r} split in {self.data_dir}: "
-                     "training without evaluation")
+            self.log(
+                f"no {self.spec.data.eval_split!r} split in {self.data_dir}: "
+                "training without evaluation"
+            )
         return train, evaluation
 
     def _resume(self, state: TrainState) -> None:
@@ -147,8 +149,13 @@ class Trainer:
         ema = EMA(model, train_cfg.ema_rate) if train_cfg.ema else None
         global_batch = train_cfg.global_batch_size
         state = TrainState(
-            spec=spec, model=model, optimizers=optimizers, ema=ema, carry=None,
-            run_dir=self.run_dir, total_steps=total_steps_for(spec, train_index.num_groups),
+            spec=spec,
+            model=model,
+            optimizers=optimizers,
+            ema=ema,
+            carry=None,
+            run_dir=self.run_dir,
+            total_steps=total_steps_for(spec, train_index.num_groups),
             micro_batch_size=spec.runtime.micro_batch_size or global_batch,
             data_dir=str(self.data_dir),
             dataset_shape=dataset_shape(train_index.split.metadata),
@@ -188,8 +195,10 @@ class Trainer:
                 self.pm.hook.on_step(state=state, metrics=record, control=control)
 
                 at_end = state.step >= stop_step
-                if eval_index is not None and (at_end or (
-                        train_cfg.eval_interval and state.step % train_cfg.eval_interval == 0)):
+                if eval_index is not None and (
+                    at_end
+                    or (train_cfg.eval_interval and state.step % train_cfg.eval_interval == 0)
+                ):
                     eval_record = self._evaluate(state, eval_index)
                     metrics_file.write(json.dumps(eval_record) + "\n")
                     metrics_file.flush()
@@ -200,7 +209,8 @@ class Trainer:
                 now = time.perf_counter()
                 interval = train_cfg.checkpoint_interval_steps
                 if (interval and state.step % interval == 0) or (
-                        not interval and now - last_checkpoint >= DEFAULT_CHECKPOINT_INTERVAL_S):
+                    not interval and now - last_checkpoint >= DEFAULT_CHECKPOINT_INTERVAL_S
+                ):
                     reasons.append("interval")
                 stop_reason = stops.reason or control.stop_reason
                 if at_end or stop_reason:
@@ -215,7 +225,8 @@ class Trainer:
                         if checkpoint_failures >= 3:
                             raise TrainingFailed(
                                 f"step {state.step}: three checkpoint saves in a row failed; "
-                                "free disk space or choose another --out, then resume")
+                                "free disk space or choose another --out, then resume"
+                            )
                     last_checkpoint = now
                 self._flush_messages(control)
                 if stop_reason and not at_end:
@@ -268,7 +279,10 @@ class Trainer:
             with autocast(self.device, self.dtype):
                 carry, outputs = model(carry, sub_batch, min_halt_steps=min_halt_steps[rows])
             loss_sum, metrics = ACTLoss.compute(
-                outputs, carry.current_data["labels"], carry.halted, self.spec.arch.loss,
+                outputs,
+                carry.current_data["labels"],
+                carry.halted,
+                self.spec.arch.loss,
                 steps=carry.steps,
             )
             (loss_sum / global_batch).backward()
@@ -279,11 +293,13 @@ class Trainer:
         if not math.isfinite(sums["loss_sum"]):
             raise TrainingFailed(
                 f"step {state.step + 1}: the loss is not finite ({sums['loss_sum']}); "
-                "the last good checkpoint is kept — lower train.lr or check the data")
+                "the last good checkpoint is kept — lower train.lr or check the data"
+            )
         for opt in state.optimizers:
             for group in opt.param_groups:
-                group["lr"] = lr_at_step(state.step, self.spec.train, state.total_steps,
-                                         group["base_lr"])
+                group["lr"] = lr_at_step(
+                    state.step, self.spec.train, state.total_steps, group["base_lr"]
+                )
             opt.step()
         lr = lr_at_step(state.step, self.spec.train, state.total_steps)
         if state.ema is not None:
@@ -315,8 +331,14 @@ class Trainer:
 
     def _evaluate(self, state: TrainState, eval_index: SplitIndex) -> dict[str, Any]:
         arch = self.spec.arch
-        args = (eval_index, arch.halt_max_steps, state.micro_batch_size, self.device, self.dtype,
-                self.spec.train.eval_max_examples)
+        args = (
+            eval_index,
+            arch.halt_max_steps,
+            state.micro_batch_size,
+            self.device,
+            self.dtype,
+            self.spec.train.eval_max_examples,
+        )
         if state.ema is not None:
             with state.ema.swap_in(state.model):
                 result = evaluate(state.model, *args)
@@ -330,8 +352,10 @@ class Trainer:
         try:
             path = self.pm.hook.save_checkpoint(state=state, run_dir=self.run_dir, reason=reason)
         except OSError as exc:
-            self.log(f"warning: checkpoint at step {state.step} failed ({exc}); "
-                     "the previous checkpoint is intact")
+            self.log(
+                f"warning: checkpoint at step {state.step} failed ({exc}); "
+                "the previous checkpoint is intact"
+            )
             return False
         if path is None:
             return True  # no checkpoint plugin enabled: nothing to write
@@ -343,8 +367,10 @@ class Trainer:
         while global_batch % size:
             size -= 1
         if size != state.micro_batch_size:
-            self.log(f"micro-batch {state.micro_batch_size} -> {size} "
-                     f"(accumulation {global_batch // size}): {reason}")
+            self.log(
+                f"micro-batch {state.micro_batch_size} -> {size} "
+                f"(accumulation {global_batch // size}): {reason}"
+            )
             state.micro_batch_size = size
 
     def _flush_messages(self, control: TrainControl) -> None:

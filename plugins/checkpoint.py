@@ -83,8 +83,10 @@ def save_checkpoint(state: TrainState, run_dir: Path, reason: str) -> Path:
     payload["reason"] = reason
     _write_atomic(path, lambda handle: torch.save(payload, handle))
     digest = file_sha256(path)
-    _write_atomic(path.with_name(path.name + ".sha256"),
-                  lambda handle: handle.write(f"{digest}  {path.name}\n".encode()))
+    _write_atomic(
+        path.with_name(path.name + ".sha256"),
+        lambda handle: handle.write(f"{digest}  {path.name}\n".encode()),
+    )
     for old in list_checkpoints(run_dir)[: -state.spec.train.checkpoint_keep]:
         old.unlink(missing_ok=True)
         old.with_name(old.name + ".sha256").unlink(missing_ok=True)
@@ -97,13 +99,16 @@ def read_checkpoint(path: Path, map_location: str = "cpu") -> dict[str, Any]:
     if sha_file.exists():
         recorded = sha_file.read_text().split()[0] if sha_file.read_text().strip() else ""
         if recorded != file_sha256(path):
-            raise TrmError(f"checkpoint {path} does not match its recorded SHA-256 "
-                           "(truncated or corrupt)")
+            raise TrmError(
+                f"checkpoint {path} does not match its recorded SHA-256 (truncated or corrupt)"
+            )
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise TrmError(f"checkpoint {path} was refused: it carries pickled code or objects "
-                       f"that are not plain weights ({str(exc).splitlines()[0]})") from exc
+        raise TrmError(
+            f"checkpoint {path} was refused: it carries pickled code or objects "
+            f"that are not plain weights ({str(exc).splitlines()[0]})"
+        ) from exc
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError) as exc:
         raise TrmError(f"checkpoint {path} cannot be read: {str(exc).splitlines()[0]}") from exc
     if not isinstance(payload, dict) or "model" not in payload or "spec" not in payload:
@@ -123,6 +128,7 @@ def load_checkpoint(path: Path, map_location: str) -> dict[str, Any] | None:
         except TrmError as exc:
             print(f"trm: warning: {exc}; trying the previous checkpoint", file=sys.stderr)
     if candidates:
-        raise TrmError(f"no valid checkpoint in {checkpoint_dir(path)}; "
-                       "start afresh with --resume never")
+        raise TrmError(
+            f"no valid checkpoint in {checkpoint_dir(path)}; start afresh with --resume never"
+        )
     return None

@@ -84,5 +84,6 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
     if precision == "bf16" and not hardware.cpu_native_bf16:
         notes.append("this CPU has no native bf16; bf16 autocast will be emulated and slow")
     compile_on = runtime.compile == "on"
-    return RuntimeChoice(device="cpu", precision=precision, threads=threads,
-                         compile=compile_on, notes=tuple(notes))
+    return RuntimeChoice(
+        device="cpu", precision=precision, threads=threads, compile=compile_on, notes=tuple(notes)
+    )

@@ -36,9 +36,11 @@ class _Progress:
         done = state.step - self.start_step
         remaining = state.total_steps - state.step
         eta_s = elapsed_s / done * remaining if done else float("nan")
-        return (f"step {state.step}/{state.total_steps}  {metrics['samples_per_s']:.0f} samples/s"
-                f"  loss {metrics['loss']:.4f}  eval exact {self.eval_text}"
-                f"  ETA {_format_duration(eta_s)}")
+        return (
+            f"step {state.step}/{state.total_steps}  {metrics['samples_per_s']:.0f} samples/s"
+            f"  loss {metrics['loss']:.4f}  eval exact {self.eval_text}"
+            f"  ETA {_format_duration(eta_s)}"
+        )
 
 
 _display = _Progress()
@@ -75,8 +77,14 @@ def on_step(state: TrainState, metrics: dict[str, Any], control: TrainControl) -
     now = time.perf_counter()
     every = max(1, state.total_steps // PLAIN_LINES_PER_RUN)
     due = _display.tty and now - _display.last_print_s >= 0.2
-    due = due or (not _display.tty and (state.step % every == 0 or state.step == 1 or
-                                         now - _display.last_print_s >= PLAIN_MIN_INTERVAL_S))
+    due = due or (
+        not _display.tty
+        and (
+            state.step % every == 0
+            or state.step == 1
+            or now - _display.last_print_s >= PLAIN_MIN_INTERVAL_S
+        )
+    )
     if due:
         _display.last_print_s = now
         _print(_display.line(state, metrics))
@@ -85,8 +93,10 @@ def on_step(state: TrainState, metrics: dict[str, Any], control: TrainControl) -
 @hookimpl
 def on_eval(state: TrainState, metrics: dict[str, Any], control: TrainControl) -> None:
     _display.eval_text = f"{metrics['exact_accuracy']:.1%}"
-    text = (f"eval @ step {state.step}: exact accuracy {metrics['exact_accuracy']:.2%}, "
-            f"cell accuracy {metrics['cell_accuracy']:.2%} ({metrics['examples']} held-out)")
+    text = (
+        f"eval @ step {state.step}: exact accuracy {metrics['exact_accuracy']:.2%}, "
+        f"cell accuracy {metrics['cell_accuracy']:.2%} ({metrics['examples']} held-out)"
+    )
     if _display.tty:
         sys.stdout.write("\r\033[K")
     sys.stdout.write(text + "\n")
@@ -98,7 +108,9 @@ def on_train_end(state: TrainState, summary: dict[str, Any]) -> None:
     if _display.tty:
         sys.stdout.write("\n")
     best = summary.get("best_exact_accuracy") or 0.0
-    print(f"done: {summary['steps']} steps, {summary['samples']} samples in "
-          f"{_format_duration(summary['wall_s'])}; best exact accuracy {best:.2%} "
-          f"({summary['stopped']})")
+    print(
+        f"done: {summary['steps']} steps, {summary['samples']} samples in "
+        f"{_format_duration(summary['wall_s'])}; best exact accuracy {best:.2%} "
+        f"({summary['stopped']})"
+    )
     sys.stdout.flush()

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from attrs import evolve
+
 from trm.model import (
     EMA,
     ACTLoss,
@@ -27,9 +28,18 @@ SEQ_LEN, VOCAB, NUM_IDS = 6, 5, 3
 
 def tiny_arch(**overrides: object) -> ArchSpec:
     fields: dict[str, object] = dict(
-        hidden_size=16, expansion=2.0, num_heads=2, L_layers=1, H_cycles=3, L_cycles=2,
-        pos_encodings="rope", mlp_t=False, puzzle_emb_ndim=16, puzzle_emb_len=2,
-        halt_max_steps=4, halt_exploration_prob=0.0,
+        hidden_size=16,
+        expansion=2.0,
+        num_heads=2,
+        L_layers=1,
+        H_cycles=3,
+        L_cycles=2,
+        pos_encodings="rope",
+        mlp_t=False,
+        puzzle_emb_ndim=16,
+        puzzle_emb_len=2,
+        halt_max_steps=4,
+        halt_exploration_prob=0.0,
     )
     fields.update(overrides)
     return ArchSpec(**fields)  # type: ignore[arg-type]
@@ -195,9 +205,7 @@ def test_zero_prefix_without_puzzle_embedding_runs() -> None:
     assert out["logits"].shape == (2, SEQ_LEN, VOCAB)
 
 
-@pytest.mark.parametrize(
-    ("pos", "mlp_t"), [("rope", False), ("learned", True), ("none", False)]
-)
+@pytest.mark.parametrize(("pos", "mlp_t"), [("rope", False), ("learned", True), ("none", False)])
 def test_model_runs_forward_and_backward_under_bf16_autocast(pos: str, mlp_t: bool) -> None:
     model = tiny_model(pos_encodings=pos, mlp_t=mlp_t)
     batch = make_batch(2)
@@ -221,8 +229,14 @@ def test_paper_sudoku_configs_have_the_published_parameter_counts(
     mlp_t: bool, pos: str, expected: int
 ) -> None:
     arch = ArchSpec(
-        hidden_size=512, expansion=4.0, num_heads=8, L_layers=2, mlp_t=mlp_t,
-        pos_encodings=pos, puzzle_emb_ndim=512, puzzle_emb_len=16,
+        hidden_size=512,
+        expansion=4.0,
+        num_heads=8,
+        L_layers=2,
+        mlp_t=mlp_t,
+        pos_encodings=pos,
+        puzzle_emb_ndim=512,
+        puzzle_emb_len=16,
     )
     model = TinyRecursiveModel(arch, seq_len=81, vocab_size=11, num_puzzle_identifiers=1)
     assert abs(model.count_parameters() - expected) <= 0.1 * expected

@@ -22,33 +22,44 @@ from trm.prepare import build_options, find_data_source
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser("data", parents=[common], help="build datasets")
-    actions = parser.add_subparsers(dest="action", metavar="ACTION",
-                                    parser_class=OneLineParser)
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=OneLineParser)
     actions.required = True
-    build = actions.add_parser("build", parents=[common], add_help=False,
-                               help="build SOURCE's dataset into --out DIR")
+    build = actions.add_parser(
+        "build", parents=[common], add_help=False, help="build SOURCE's dataset into --out DIR"
+    )
     build.add_argument("-h", "--help", action="store_true", help="show the source's options")
     build.add_argument("source", help="data source name, e.g. sudoku")
     build.add_argument("--out", type=Path, help="output directory (required)")
     build.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     build.add_argument("--force", action="store_true", help="replace an existing --out")
-    build.add_argument("options", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    build.set_defaults(func=run_build)
+    build.set_defaults(func=run_build, accepts_extra=True)
 
 
 def _options_parser(source: Any) -> OneLineParser:
-    parser = OneLineParser(prog=f"trm data build {source.name}",
-                           description=(source.options_type.__doc__ or "").strip())
+    parser = OneLineParser(
+        prog=f"trm data build {source.name}",
+        description=(source.options_type.__doc__ or "").strip(),
+    )
     for field in attrs.fields(attrs.resolve_types(source.options_type)):
         kind = field.type
         flag = "--" + field.name.replace("_", "-")
         help_text = field.metadata.get("help", "")
         if kind is bool:
-            parser.add_argument(flag, dest=field.name, action=argparse.BooleanOptionalAction,
-                                default=field.default, help=help_text)
+            parser.add_argument(
+                flag,
+                dest=field.name,
+                action=argparse.BooleanOptionalAction,
+                default=field.default,
+                help=help_text,
+            )
         else:
-            parser.add_argument(flag, dest=field.name, type=kind, default=field.default,
-                                help=f"{help_text} (default {field.default!r})")
+            parser.add_argument(
+                flag,
+                dest=field.name,
+                type=kind,
+                default=field.default,
+                help=f"{help_text} (default {field.default!r})",
+            )
     return parser
 
 
@@ -59,7 +70,7 @@ def run_build(args: argparse.Namespace) -> int:
     if args.help:
         parser.print_help()
         return 0
-    parsed = vars(parser.parse_args(args.options))
+    parsed = vars(parser.parse_args(args.extra))
     options = build_options(source, parsed, "trm data build")
     if args.out is None:
         raise TrmError("trm data build: --out DIR is required")

@@ -60,16 +60,29 @@ def run_eval(args: argparse.Namespace) -> int:
     data_dir = args.data or Path(payload.get("data_dir") or "")
     split = args.split or spec.data.eval_split
     index = SplitIndex(open_split(data_dir / split))
-    result = evaluate(model, index, spec.arch.halt_max_steps, args.batch_size, device,
-                      runtime.autocast_dtype, args.max_examples)
-    result = {"checkpoint": str(args.checkpoint), "step": payload["step"],
-              "split": str(data_dir / split), **result}
+    result = evaluate(
+        model,
+        index,
+        spec.arch.halt_max_steps,
+        args.batch_size,
+        device,
+        runtime.autocast_dtype,
+        args.max_examples,
+    )
+    result = {
+        "checkpoint": str(args.checkpoint),
+        "step": payload["step"],
+        "split": str(data_dir / split),
+        **result,
+    }
     if args.json:
         print_json(result)
     else:
-        print(f"{result['examples']} examples of {result['split']} at step {result['step']}: "
-              f"exact accuracy {result['exact_accuracy']:.2%}, "
-              f"cell accuracy {result['cell_accuracy']:.2%}")
+        print(
+            f"{result['examples']} examples of {result['split']} at step {result['step']}: "
+            f"exact accuracy {result['exact_accuracy']:.2%}, "
+            f"cell accuracy {result['cell_accuracy']:.2%}"
+        )
     return 0
 
 
@@ -85,15 +98,30 @@ def run_solve(args: argparse.Namespace) -> int:
     if Path(text).is_file():
         text = Path(text).read_text()
     question = np.asarray(source.parse_puzzle(text, seq_len), dtype=np.int64)
-    batch = to_device({"inputs": question[None, :], "labels": question[None, :],
-                       "puzzle_identifiers": np.zeros(1, dtype=np.int64)}, device)
-    answer = predict(model, batch, spec.arch.halt_max_steps, device,
-                     runtime.autocast_dtype)[0].cpu().numpy()
+    batch = to_device(
+        {
+            "inputs": question[None, :],
+            "labels": question[None, :],
+            "puzzle_identifiers": np.zeros(1, dtype=np.int64),
+        },
+        device,
+    )
+    answer = (
+        predict(model, batch, spec.arch.halt_max_steps, device, runtime.autocast_dtype)[0]
+        .cpu()
+        .numpy()
+    )
     valid = bool(source.check_answer(question, answer))
     if args.json:
-        print_json({"question": question.tolist(), "answer": answer.tolist(), "valid": valid,
-                    "question_text": source.format_grid(question),
-                    "answer_text": source.format_grid(answer)})
+        print_json(
+            {
+                "question": question.tolist(),
+                "answer": answer.tolist(),
+                "valid": valid,
+                "question_text": source.format_grid(question),
+                "answer_text": source.format_grid(answer),
+            }
+        )
     else:
         print("puzzle:")
         print(source.format_grid(question))

@@ -30,13 +30,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks")
-    common.add_argument("--plugins", action="append", default=[], metavar="LIST",
-                        help="switch plugins on (a,b) or off (no:name); repeatable")
-    parser = OneLineParser(prog="trm", description="Train Tiny Recursive Models on the "
-                           "hardware you have.", parents=[common])
+    common.add_argument(
+        "--plugins",
+        action="append",
+        default=[],
+        metavar="LIST",
+        help="switch plugins on (a,b) or off (no:name); repeatable",
+    )
+    parser = OneLineParser(
+        prog="trm",
+        description="Train Tiny Recursive Models on the hardware you have.",
+        parents=[common],
+    )
     parser.add_argument("--version", action="version", version=f"trm {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND",
-                                     parser_class=OneLineParser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     commands.required = True
     for module in (run_cmd, plugins_cmd, data_cmd, eval_cmd):
         module.register(commands, common)
@@ -47,7 +54,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args, extra = parser.parse_known_args(argv)
+        if extra and not getattr(args, "accepts_extra", False):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.extra = extra
         return int(args.func(args) or EXIT_OK)
     except TrmError as exc:
         if debug:

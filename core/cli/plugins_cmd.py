@@ -27,8 +27,13 @@ def run(args: argparse.Namespace) -> int:
     for column in ("name", "on", "activation", "distribution", "hooks", "what it does"):
         table.add_column(column)
     for info in pm.infos:
-        table.add_row(info.name, "yes" if info.enabled else "no", info.activation,
-                      f"{info.distribution} {info.version}", ", ".join(info.hooks),
-                      info.description)
+        table.add_row(
+            info.name,
+            "yes" if info.enabled else "no",
+            info.activation,
+            f"{info.distribution} {info.version}",
+            ", ".join(info.hooks),
+            info.description,
+        )
     Console().print(table)
     return 0

@@ -39,15 +39,28 @@ def positive_int(text: str) -> int:
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser("run", parents=[common], help="train a run spec")
     parser.add_argument("spec", help="a TOML file or the name of a shipped spec (quickstart)")
-    parser.add_argument("--mode", choices=MODES, default="balanced",
-                        help="memory tier to fit the run to (default balanced)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a spec value, e.g. --set train.lr=3e-4; repeatable")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="balanced",
+        help="memory tier to fit the run to (default balanced)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a spec value, e.g. --set train.lr=3e-4; repeatable",
+    )
     parser.add_argument("--out", type=Path, help="run directory (default runs/<spec name>)")
-    parser.add_argument("--resume", default="auto",
-                        help="auto (newest valid checkpoint in --out), never, or a path")
-    parser.add_argument("--max-steps", type=positive_int,
-                        help="stop after this many optimizer steps (the lr schedule is kept)")
+    parser.add_argument(
+        "--resume", default="auto", help="auto (newest valid checkpoint in --out), never, or a path"
+    )
+    parser.add_argument(
+        "--max-steps",
+        type=positive_int,
+        help="stop after this many optimizer steps (the lr schedule is kept)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -59,8 +72,9 @@ def preflight(run_dir: Path) -> None:
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
-        raise TrmError(f"run directory {run_dir} is not writable ({exc.strerror}); "
-                       "choose another with --out") from exc
+        raise TrmError(
+            f"run directory {run_dir} is not writable ({exc.strerror}); choose another with --out"
+        ) from exc
     free = shutil.disk_usage(run_dir).free
     if free < MIN_FREE_BYTES:
         raise TrmError(f"only {free // 2**20} MiB free at {run_dir}; free space or use --out")
@@ -87,13 +101,18 @@ def run(args: argparse.Namespace) -> int:
     (run_dir / "hardware.json").write_text(json.dumps(attrs.asdict(hardware), indent=2) + "\n")
     (run_dir / "adaptations.json").write_text(json.dumps(changes, indent=2) + "\n")
     data_dir = ensure_dataset(pm, spec, run_dir, info)
-    info(f"training {spec.name} on {runtime.device} ({runtime.precision}, "
-         f"{runtime.threads} threads) into {run_dir}")
-    trainer = Trainer(spec, runtime, pm, run_dir, data_dir, info, resume=args.resume,
-                      max_steps=args.max_steps)
+    info(
+        f"training {spec.name} on {runtime.device} ({runtime.precision}, "
+        f"{runtime.threads} threads) into {run_dir}"
+    )
+    trainer = Trainer(
+        spec, runtime, pm, run_dir, data_dir, info, resume=args.resume, max_steps=args.max_steps
+    )
     summary = trainer.fit()
     if summary["stopped"] in ("interrupted", "terminated"):
-        info(f"stopped after a checkpoint at step {summary['steps']}; resume with: "
-             f"trm run {args.spec} --out {run_dir}")
+        info(
+            f"stopped after a checkpoint at step {summary['steps']}; resume with: "
+            f"trm run {args.spec} --out {run_dir}"
+        )
         return 130
     return 0

@@ -27,9 +27,7 @@ class DataSource(Protocol):
     name: str
     options_type: type
 
-    def build(
-        self, options: Any, out_dir: Path, seed: int, log: Callable[[str], None]
-    ) -> None:
+    def build(self, options: Any, out_dir: Path, seed: int, log: Callable[[str], None]) -> None:
         """Write ``out_dir/train`` and ``out_dir/test`` in the puzzle-dataset format.
 
         Deterministic for the same ``options`` and ``seed``; no test question may also appear

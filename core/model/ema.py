@@ -80,8 +80,9 @@ class EMA:
         missing = set(self.shadow) - set(state["shadow"])
         unexpected = set(state["shadow"]) - set(self.shadow)
         if missing or unexpected:
-            raise KeyError(f"EMA state mismatch: missing {sorted(missing)}, "
-                           f"unexpected {sorted(unexpected)}")
+            raise KeyError(
+                f"EMA state mismatch: missing {sorted(missing)}, unexpected {sorted(unexpected)}"
+            )
         self.rate = float(state["rate"])
         for name, value in state["shadow"].items():
             self.shadow[name].copy_(value)

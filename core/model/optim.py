@@ -86,8 +86,9 @@ def build_optimizers(model: nn.Module, train: TrainSpec) -> list[Any]:
     optimizers: list[Any] = []
     puzzle_emb = getattr(model, "puzzle_emb", None)
     if puzzle_emb is not None:
-        sparse = SignSGDSparse(puzzle_emb, lr=train.puzzle_emb_lr,
-                               weight_decay=train.puzzle_emb_weight_decay)
+        sparse = SignSGDSparse(
+            puzzle_emb, lr=train.puzzle_emb_lr, weight_decay=train.puzzle_emb_weight_decay
+        )
         sparse.param_groups[0]["base_lr"] = train.puzzle_emb_lr
         optimizers.append(sparse)
     params = [p for p in model.parameters() if p.requires_grad]

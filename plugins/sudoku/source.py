@@ -1,0 +1,341 @@
+"""The ``sudoku`` data source: build options, the dataset builder, and puzzle I/O.
+
+``build`` writes ``out_dir/train`` and ``out_dir/test`` with one set ``all`` as the reference
+builder does: each train puzzle and its ``augment`` augmented copies form one group, with one
+example per puzzle; the test set is never augmented, and no test question appears in train.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from attrs import field, frozen
+
+from trm.data.puzzle_dataset import (
+    PuzzleDatasetMetadata,
+    write_identifiers,
+    write_split,
+)
+from trm.errors import TrmError
+from trm.plugins.sudoku import grid
+from trm.plugins.sudoku.augment import augment_copies
+from trm.plugins.sudoku.csv_import import csv_files, read_sudoku_csv
+from trm.plugins.sudoku.generator import generate_many, resolve_workers
+from trm.plugins.sudoku.solver import is_valid_solution
+
+SET_NAME = "all"
+IDENTIFIERS = ["<blank>"]
+# Fewest clues accepted per size: the known minimum for a unique puzzle.
+MIN_CLUES = {4: 4, 6: 8, 9: 17}
+# Rounds of extra generation when duplicates (or test puzzles found in train) are dropped.
+_MAX_ROUNDS = 20
+# Independent random streams derived from the build seed.
+_TRAIN_STREAM, _TEST_STREAM, _AUGMENT_STREAM, _TRAIN_SUBSET, _TEST_SUBSET = range(5)
+
+
+@frozen
+class SudokuBuildOptions:
+    """Build a Sudoku dataset: generated puzzles, or rows of a sudoku-extreme CSV."""
+
+    size: int = field(default=9, metadata={"help": "grid size: 4, 6 or 9"})
+    count: int = field(
+        default=1000,
+        metadata={"help": "train puzzles; with --csv the train rows to take (0 = all)"},
+    )
+    test_count: int = field(
+        default=1000,
+        metadata={"help": "test puzzles; with --csv the test rows to take (0 = all of test.csv)"},
+    )
+    clues: int = field(default=30, metadata={"help": "most clues a generated puzzle keeps"})
+    min_backtracks: int = field(
+        default=0,
+        metadata={"help": "hardness: fewest solver guesses a generated puzzle must need"},
+    )
+    augment: int = field(
+        default=0, metadata={"help": "augmented copies per train puzzle (test is never augmented)"}
+    )
+    csv: str = field(
+        default="",
+        metadata={
+            "help": "sudoku-extreme CSV file or directory (train.csv, test.csv) to read "
+            "instead of generating; a single file's last test_count rows are the test set"
+        },
+    )
+    workers: int = field(default=0, metadata={"help": "generator processes (0 = all cores)"})
+
+
+def validate_options(o: SudokuBuildOptions) -> None:
+    """Raise TrmError naming ``data.generate.<field>`` for an impossible option."""
+    if o.size not in grid.SIZES:
+        raise TrmError(f"data.generate.size must be 4, 6 or 9, got {o.size}")
+    if o.csv:
+        if o.size != 9:
+            raise TrmError(
+                f"data.generate.size must be 9 with data.generate.csv (sudoku-extreme puzzles "
+                f"are 9x9), got {o.size}"
+            )
+        for name in ("count", "test_count"):
+            if getattr(o, name) < 0:
+                raise TrmError(
+                    f"data.generate.{name} must be 0 (all rows) or more, got {getattr(o, name)}"
+                )
+    else:
+        for name in ("count", "test_count"):
+            if getattr(o, name) < 1:
+                raise TrmError(f"data.generate.{name} must be at least 1, got {getattr(o, name)}")
+        low, high = MIN_CLUES[o.size], o.size * o.size
+        if not low <= o.clues <= high:
+            raise TrmError(
+                f"data.generate.clues must be between {low} and {high} for a {o.size}x{o.size} "
+                f"Sudoku, got {o.clues}"
+            )
+    for name in ("min_backtracks", "augment", "workers"):
+        if getattr(o, name) < 0:
+            raise TrmError(f"data.generate.{name} must be 0 or more, got {getattr(o, name)}")
+
+
+def _stream_seed(seed: int, stream: int) -> int:
+    state = np.random.SeedSequence([seed % 2**63, stream]).generate_state(2, dtype=np.uint32)
+    return int(state[0]) << 32 | int(state[1])
+
+
+def _row_keys(tokens: np.ndarray) -> np.ndarray:
+    """One comparable key per token row (for exact-duplicate tests with ``np.isin``)."""
+    rows = np.ascontiguousarray(tokens.reshape(tokens.shape[0], -1))
+    return rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel()
+
+
+def _progress_logger(log: Callable[[str], None], what: str, total: int) -> Callable[[int], None]:
+    """A progress callback that logs at each further quarter of ``total``."""
+    last = [0]
+
+    def report(done: int) -> None:
+        quarter = done * 4 // max(1, total)
+        if quarter > last[0]:
+            last[0] = quarter
+            log(f"sudoku: {what}: {done}/{total}")
+
+    return report
+
+
+def _generate_distinct(
+    o: SudokuBuildOptions,
+    count: int,
+    seed: int,
+    workers: int,
+    exclude: np.ndarray | None,
+    log: Callable[[str], None],
+    what: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` distinct generated puzzles whose questions are not among ``exclude`` keys."""
+    kept_q: list[np.ndarray] = []
+    kept_s: list[np.ndarray] = []
+    seen: set[bytes] = set()
+    start = 0
+    for round_index in range(_MAX_ROUNDS):
+        need = count - len(kept_q)
+        if need <= 0:
+            break
+        batch = need if round_index == 0 else need + need // 2 + 16
+        questions, solutions = generate_many(
+            batch,
+            o.size,
+            o.clues,
+            o.min_backtracks,
+            seed=seed,
+            workers=workers,
+            start=start,
+            progress=_progress_logger(log, what, batch),
+        )
+        start += batch
+        excluded = np.zeros(batch, dtype=bool)
+        if exclude is not None and exclude.size:
+            excluded = np.isin(_row_keys(grid.encode(questions)), exclude)
+        for q, s, skip in zip(questions, solutions, excluded, strict=True):
+            key = q.tobytes()
+            if skip or key in seen or len(kept_q) == count:
+                continue
+            seen.add(key)
+            kept_q.append(q)
+            kept_s.append(s)
+        if len(kept_q) < count:
+            log(f"sudoku: {what}: {len(kept_q)}/{count} distinct so far; generating more")
+    if len(kept_q) < count:
+        raise TrmError(
+            f"could only generate {len(kept_q)} distinct {o.size}x{o.size} {what} (of {count}) "
+            "that are not in the train set; lower data.generate.count or "
+            "data.generate.test_count, or raise data.generate.clues"
+        )
+    return np.stack(kept_q), np.stack(kept_s)
+
+
+def _subset(
+    questions: np.ndarray, solutions: np.ndarray, count: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` rows chosen at random, kept in file order; all rows when count is 0 or more."""
+    if count <= 0 or count >= questions.shape[0]:
+        return questions, solutions
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(questions.shape[0], size=count, replace=False))
+    return questions[rows], solutions[rows]
+
+
+def _read_csv(
+    o: SudokuBuildOptions, seed: int, log: Callable[[str], None]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Train and test ``(questions, solutions)`` from the CSV file or directory."""
+    train_file, test_file = csv_files(Path(o.csv))
+    questions, solutions = read_sudoku_csv(train_file)
+    log(f"sudoku: read {questions.shape[0]} puzzles from {train_file}")
+    if test_file is None:
+        rows = questions.shape[0]
+        if not 1 <= o.test_count < rows:
+            raise TrmError(
+                f"data.generate.test_count must be between 1 and {rows - 1} to split the "
+                f"{rows} rows of {train_file} into train and test, got {o.test_count}"
+            )
+        test_q, test_s = questions[-o.test_count :], solutions[-o.test_count :]
+        questions, solutions = questions[: -o.test_count], solutions[: -o.test_count]
+    else:
+        test_q, test_s = read_sudoku_csv(test_file)
+        log(f"sudoku: read {test_q.shape[0]} puzzles from {test_file}")
+        test_q, test_s = _subset(test_q, test_s, o.test_count, _stream_seed(seed, _TEST_SUBSET))
+    train_q, train_s = _subset(questions, solutions, o.count, _stream_seed(seed, _TRAIN_SUBSET))
+    if train_q.shape[0] == 0 or test_q.shape[0] == 0:
+        raise TrmError(f"{o.csv} gives an empty train or test set (data.generate.csv)")
+    return train_q, train_s, test_q, test_s
+
+
+def _augmented(
+    questions: np.ndarray, solutions: np.ndarray, copies: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each puzzle followed by ``copies`` augmentations: ``(n * (copies + 1), size, size)``."""
+    if copies == 0:
+        return questions, solutions
+    rng = np.random.default_rng(seed)
+    n, size = questions.shape[0], questions.shape[1]
+    out_q = np.empty((n, copies + 1, size, size), dtype=questions.dtype)
+    out_s = np.empty_like(out_q)
+    out_q[:, 0], out_s[:, 0] = questions, solutions
+    for i in range(n):
+        out_q[i, 1:], out_s[i, 1:] = augment_copies(questions[i], solutions[i], rng, copies)
+    return out_q.reshape(-1, size, size), out_s.reshape(-1, size, size)
+
+
+def _write(split_dir: Path, questions: np.ndarray, solutions: np.ndarray, group_size: int) -> None:
+    """One split: one example per puzzle, groups of ``group_size`` consecutive puzzles."""
+    size = questions.shape[1]
+    n = questions.shape[0]
+    metadata = PuzzleDatasetMetadata(
+        seq_len=grid.seq_len(size),
+        vocab_size=grid.vocab_size(size),
+        pad_id=grid.PAD_TOKEN,
+        ignore_label_id=grid.IGNORE_LABEL_ID,
+        blank_identifier_id=0,
+        num_puzzle_identifiers=len(IDENTIFIERS),
+        total_groups=n // group_size,
+        mean_puzzle_examples=1.0,
+        total_puzzles=n,
+        sets=[SET_NAME],
+    )
+    arrays = {
+        "inputs": grid.encode(questions),
+        "labels": grid.encode(solutions),
+        "puzzle_identifiers": np.zeros(n, dtype=np.int32),
+        "puzzle_indices": np.arange(n + 1, dtype=np.int32),
+        "group_indices": np.arange(0, n + 1, group_size, dtype=np.int32),
+    }
+    write_split(split_dir, metadata, {SET_NAME: arrays})
+
+
+class SudokuSource:
+    """Sudoku puzzles of size 4, 6 or 9 in the reference token encoding."""
+
+    name = "sudoku"
+    options_type = SudokuBuildOptions
+
+    def build(
+        self,
+        options: SudokuBuildOptions,
+        out_dir: Path,
+        seed: int,
+        log: Callable[[str], None],
+    ) -> None:
+        """Write ``out_dir/train``, ``out_dir/test`` and ``out_dir/identifiers.json``.
+
+        Deterministic for the same options and seed, whatever the number of workers.
+        """
+        o = options
+        validate_options(o)
+        out_dir = Path(out_dir)
+        workers = resolve_workers(o.workers)
+        if o.csv:
+            train_q, train_s, test_q, test_s = _read_csv(o, seed, log)
+        else:
+            log(
+                f"sudoku: generating {o.count} train puzzles ({o.size}x{o.size}, at most "
+                f"{o.clues} clues, min_backtracks {o.min_backtracks}) with {workers} workers"
+            )
+            train_q, train_s = _generate_distinct(
+                o,
+                o.count,
+                _stream_seed(seed, _TRAIN_STREAM),
+                workers,
+                None,
+                log,
+                "train puzzles",
+            )
+        groups = train_q.shape[0]
+        train_q, train_s = _augmented(
+            train_q, train_s, o.augment, _stream_seed(seed, _AUGMENT_STREAM)
+        )
+        if o.augment:
+            log(f"sudoku: {groups} train puzzles with {o.augment} augmented copies each")
+        train_keys = _row_keys(grid.encode(train_q))
+        if o.csv:
+            in_train = np.isin(_row_keys(grid.encode(test_q)), train_keys)
+            if in_train.any():
+                log(f"sudoku: dropped {int(in_train.sum())} test puzzles that are also in train")
+                test_q, test_s = test_q[~in_train], test_s[~in_train]
+            if test_q.shape[0] == 0:
+                raise TrmError(f"every test puzzle of {o.csv} is also in train (data.generate.csv)")
+        else:
+            log(f"sudoku: generating {o.test_count} test puzzles")
+            test_q, test_s = _generate_distinct(
+                o,
+                o.test_count,
+                _stream_seed(seed, _TEST_STREAM),
+                workers,
+                train_keys,
+                log,
+                "test puzzles",
+            )
+        _write(out_dir / "train", train_q, train_s, o.augment + 1)
+        _write(out_dir / "test", test_q, test_s, 1)
+        write_identifiers(out_dir, IDENTIFIERS)
+        log(
+            f"sudoku: wrote {train_q.shape[0]} train examples ({groups} groups) and "
+            f"{test_q.shape[0]} test examples"
+        )
+
+    def format_grid(self, tokens: np.ndarray) -> str:
+        """The grid of one token row with box separators (``?`` marks a non-digit token)."""
+        return grid.render(grid.decode(tokens))
+
+    def parse_puzzle(self, text: str, seq_len: int) -> np.ndarray:
+        """int32 tokens of a puzzle given as text or a file path; size from ``seq_len``."""
+        size = grid.size_from_seq_len(seq_len)
+        return grid.encode(grid.parse_text(text, size)).astype(np.int32)
+
+    def check_answer(self, question: np.ndarray, answer: np.ndarray) -> bool:
+        """True when the answer tokens solve the question tokens."""
+        question = np.asarray(question).ravel()
+        answer = np.asarray(answer).ravel()
+        if answer.shape != question.shape:
+            return False
+        q_digits = grid.decode(question)
+        if (q_digits < 0).any():
+            return False
+        return is_valid_solution(q_digits, grid.decode(answer))
