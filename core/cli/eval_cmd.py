@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,6 +17,7 @@ from trm.evaluate import evaluate, predict, to_device
 from trm.inference import restore_model
 from trm.plugin_manager import TrmPluginManager, load_plugins
 from trm.prepare import choose_runtime, detect_hardware, find_data_source
+from trm.spec import RunSpec, spec_from_dict
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -44,19 +46,19 @@ def _load(pm: TrmPluginManager, path: Path) -> dict:
     return payload
 
 
-def _runtime(pm: TrmPluginManager, payload: dict):
-    from trm.spec import spec_from_dict
-
-    spec = spec_from_dict(payload["spec"], "checkpoint spec")
-    return choose_runtime(pm, spec, detect_hardware(pm))
+def _restore(args: argparse.Namespace) -> tuple[TrmPluginManager, dict, Any, RunSpec, Any]:
+    """Plugins, checkpoint payload, runtime, spec and the model ready for inference."""
+    pm = load_plugins(args.plugins)
+    payload = _load(pm, args.checkpoint)
+    checkpoint_spec = spec_from_dict(payload["spec"], "checkpoint spec")
+    runtime = choose_runtime(pm, checkpoint_spec, detect_hardware(pm))
+    spec, model = restore_model(payload, torch.device(runtime.device))
+    return pm, payload, runtime, spec, model
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    pm = load_plugins(args.plugins)
-    payload = _load(pm, args.checkpoint)
-    runtime = _runtime(pm, payload)
+    _, payload, runtime, spec, model = _restore(args)
     device = torch.device(runtime.device)
-    spec, model = restore_model(payload, device)
     data_dir = args.data or Path(payload.get("data_dir") or "")
     split = args.split or spec.data.eval_split
     index = SplitIndex(open_split(data_dir / split))
@@ -87,11 +89,8 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def run_solve(args: argparse.Namespace) -> int:
-    pm = load_plugins(args.plugins)
-    payload = _load(pm, args.checkpoint)
-    runtime = _runtime(pm, payload)
+    pm, payload, runtime, spec, model = _restore(args)
     device = torch.device(runtime.device)
-    spec, model = restore_model(payload, device)
     source = find_data_source(pm, spec.data.source)
     seq_len = int(payload["dataset_shape"]["seq_len"])
     text = args.puzzle
