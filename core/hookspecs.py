@@ -4,8 +4,8 @@ A plugin implements any of these with ``@trm.hookimpl`` on a module-level functi
 name; as pluggy allows, an implementation may take only the arguments it uses. Who calls each
 hook and when is written below; the order of a run is: detect_hardware, configure_runtime,
 estimate_memory, adapt_config, register_data_sources, load_checkpoint, on_train_start,
-then per step on_step (and on_thermal_event, save_checkpoint as they arise), on_eval,
-and on_train_end.
+then per step on_step (and on_out_of_memory, on_thermal_event, save_checkpoint as they
+arise), on_eval, and on_train_end.
 """
 
 from __future__ import annotations
@@ -111,6 +111,20 @@ def on_step(state: TrainState, metrics: dict[str, float], control: TrainControl)
 
 
 @hookspec
+def on_out_of_memory(state: TrainState, error: BaseException, control: TrainControl) -> None:
+    """A training step ran out of memory (CUDA, MPS, or a failed host allocation).
+
+    Called by the loop after it has undone the step: gradients dropped, the carry untouched,
+    the RNG restored, the error's traceback (and the activations it held) released. To have
+    the same step retried, free what you can and ask for a smaller micro-batch with
+    ``control.set_micro_batch(size, reason)``; the global batch stays, so gradient
+    accumulation grows to match. If no plugin asks for a smaller size, the run fails with
+    the error. ``state.micro_batch_size`` is the size that failed; ``state.step + 1`` is the
+    step. The built-in memory-guard plugin implements this.
+    """
+
+
+@hookspec
 def on_eval(state: TrainState, metrics: dict[str, float], control: TrainControl) -> None:
     """Called after each evaluation with exact_accuracy, cell_accuracy and the step."""
 
@@ -119,8 +133,9 @@ def on_eval(state: TrainState, metrics: dict[str, float], control: TrainControl)
 def on_thermal_event(event: ThermalEvent, control: TrainControl) -> None:
     """A thermal or power level changed (normal, warm, hot, critical, on battery).
 
-    Called by the thermal plugin, between steps. Respond through ``control`` (pause, smaller
-    micro-batch, checkpoint); return nothing.
+    Called by the loop after a step, for each event a sensor plugin (thermal) reported with
+    ``control.report_thermal_event``; every event is also recorded in metrics.jsonl. Respond
+    through ``control`` (pause, smaller micro-batch, checkpoint); return nothing.
     """
 
 
@@ -128,9 +143,11 @@ def on_thermal_event(event: ThermalEvent, control: TrainControl) -> None:
 def save_checkpoint(state: TrainState, run_dir: Path, reason: str) -> Path | None:
     """Write a checkpoint of ``state`` under ``run_dir`` and return the path written.
 
-    Called at checkpoint points (interval, end of run, stop requested, before a pause). The
-    first plugin to return a path wins. A failed write must leave earlier checkpoints intact
-    and raise OSError, which the loop reports as a warning.
+    Called at the end of a step when a checkpoint is due; ``reason`` is "end", "stop",
+    "best" (this step's evaluation is the best so far: ``state.best_step == state.step``),
+    "interval", or a reason a plugin gave to ``control.request_checkpoint``. The first plugin
+    to return a path wins. A failed write must leave earlier checkpoints intact and raise
+    OSError, which the loop reports as a warning (three failures in a row stop the run).
     """
 
 

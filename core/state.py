@@ -2,24 +2,40 @@
 
 The loop owns and mutates one TrainState. ``state_dict()`` returns only tensors, numbers,
 strings and containers of them, so checkpoints load with ``torch.load(weights_only=True)``.
+``load_state_dict()`` refuses a payload whose architecture differs from the live model's,
+listing every differing key. ``weights_sha256`` is the canonical fingerprint of a model's
+weights that summary.json records, so two runs can be compared bit for bit.
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
+import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from attrs import define, field
 
 import trm
+from trm.errors import TrmError
 from trm.spec import RunSpec, spec_to_dict
+
+# Checkpoint bytes beyond the tensors (spec, pickle framing, zip directory), a generous bound.
+CHECKPOINT_OVERHEAD_BYTES = 1 << 20
+MAX_LISTED_KEYS = 12
 
 
 @define
 class TrainState:
-    """The live state of a run; see ``state_dict`` for what is saved."""
+    """The live state of a run; see ``state_dict`` for what is saved.
+
+    ``step`` counts finished optimizer steps; the sampler reads step ``step`` next, so
+    ``step`` is also the data-order position and the lr-schedule position. ``best_step`` is
+    the step whose evaluation set ``best_exact_accuracy`` (0 before any evaluation).
+    """
 
     spec: RunSpec
     model: torch.nn.Module
@@ -32,13 +48,26 @@ class TrainState:
     samples: int = 0
     micro_batch_size: int = 0
     best_exact_accuracy: float = 0.0
+    best_step: int = 0
     last_eval: dict[str, float] = field(factory=dict)
     wall_s_before: float = 0.0
     data_dir: str = ""
     dataset_shape: dict[str, int] = field(factory=dict)
 
+    @property
+    def device(self) -> torch.device:
+        """The device the model's weights are on."""
+        return next(self.model.parameters()).device
+
     def state_dict(self) -> dict[str, Any]:
-        """A weights-only-loadable payload: model, optimizers, EMA, carry, RNG, position."""
+        """A weights-only-loadable payload.
+
+        Holds the model, optimizers (their param groups carry the lr), EMA, the ACT carry,
+        every RNG state (Python, NumPy, torch CPU and the accelerator's), the position
+        (step, samples, total_steps, data order), the micro-batch size, the best evaluation,
+        the resolved spec, the dataset shape and the trm version.
+        """
+        train = self.spec.train
         return {
             "trm_version": trm.__version__,
             "spec": spec_to_dict(self.spec),
@@ -48,14 +77,170 @@ class TrainState:
             "carry": self.carry.state_dict() if self.carry is not None else None,
             "step": self.step,
             "samples": self.samples,
+            "total_steps": self.total_steps,
+            "data_position": {
+                "next_step": self.step,
+                "seed": train.seed,
+                "global_batch_size": train.global_batch_size,
+            },
             "micro_batch_size": self.micro_batch_size,
             "best_exact_accuracy": self.best_exact_accuracy,
+            "best_step": self.best_step,
             "last_eval": dict(self.last_eval),
             "wall_s": self.wall_s_before,
             "data_dir": self.data_dir,
             "dataset_shape": dict(self.dataset_shape),
-            "rng_torch": torch.get_rng_state(),
+            "rng": capture_rng(self.device),
         }
+
+    def load_state_dict(self, payload: dict[str, Any], where: str = "checkpoint") -> list[str]:
+        """Restore this state from a ``state_dict`` payload; returns warnings to show.
+
+        Raises TrmError, listing the differing keys, when the payload's architecture, dataset
+        shape or tensor shapes differ from this state's model. Changed training settings are
+        allowed (the run continues with the new ones) and come back as warnings, since the
+        continuation is then no longer the run the checkpoint began.
+        """
+        check_compatible(self, payload, where)
+        self.model.load_state_dict(payload["model"])
+        for opt, opt_state in zip(self.optimizers, payload["optimizers"], strict=True):
+            opt.load_state_dict(opt_state)
+        if self.ema is not None and payload.get("ema") is not None:
+            self.ema.load_state_dict(payload["ema"])
+        if payload.get("carry") is not None:
+            from trm.model import TRMCarry
+
+            self.carry = TRMCarry.from_state_dict(payload["carry"]).to(self.device)
+        self.step = int(payload["step"])
+        self.samples = int(payload["samples"])
+        self.micro_batch_size = int(payload.get("micro_batch_size") or self.micro_batch_size)
+        self.best_exact_accuracy = float(payload.get("best_exact_accuracy", 0.0))
+        self.best_step = int(payload.get("best_step", 0))
+        self.last_eval = dict(payload.get("last_eval") or {})
+        self.wall_s_before = float(payload.get("wall_s", 0.0))
+        restore_rng(payload["rng"])
+        notes = [
+            f"{where}: {key} was {old!r}, now {new!r}; the continuation differs from the "
+            "original run"
+            for key, old, new in spec_differences(payload["spec"], spec_to_dict(self.spec), "train")
+        ]
+        if payload.get("trm_version") != trm.__version__:
+            notes.append(
+                f"{where} was written by trm {payload.get('trm_version')}, "
+                f"this is trm {trm.__version__}"
+            )
+        return notes
+
+
+def spec_differences(
+    old: dict[str, Any], new: dict[str, Any], section: str
+) -> list[tuple[str, Any, Any]]:
+    """``(key_path, old, new)`` for every value of ``section`` that differs."""
+    a, b = old.get(section) or {}, new.get(section) or {}
+    return [
+        (f"{section}.{key}", a.get(key), b.get(key))
+        for key in sorted(set(a) | set(b))
+        if a.get(key) != b.get(key)
+    ]
+
+
+def check_compatible(state: TrainState, payload: dict[str, Any], where: str) -> None:
+    """Raise TrmError listing what differs when ``payload`` cannot load into ``state``."""
+    problems = [
+        f"{key}: {old!r} in the checkpoint, {new!r} here"
+        for key, old, new in spec_differences(payload["spec"], spec_to_dict(state.spec), "arch")
+    ]
+    saved_shape = dict(payload.get("dataset_shape") or {})
+    for key in sorted(set(saved_shape) | set(state.dataset_shape)):
+        if saved_shape.get(key) != state.dataset_shape.get(key):
+            problems.append(
+                f"dataset {key}: {saved_shape.get(key)} in the checkpoint, "
+                f"{state.dataset_shape.get(key)} here"
+            )
+    problems += tensor_differences(payload["model"], state.model.state_dict())
+    if not problems:
+        return
+    shown = problems[:MAX_LISTED_KEYS]
+    if len(problems) > len(shown):
+        shown.append(f"… and {len(problems) - len(shown)} more")
+    raise TrmError(
+        f"{where} does not fit this run's architecture: {'; '.join(shown)}. "
+        "Resume with the spec the checkpoint was trained with, or start afresh with "
+        "--resume never (or another --out)"
+    )
+
+
+def tensor_differences(saved: dict[str, Any], live: dict[str, torch.Tensor]) -> list[str]:
+    """Keys missing, unexpected or of another shape in ``saved`` versus ``live``."""
+    problems = [f"model key {k} missing in the checkpoint" for k in sorted(set(live) - set(saved))]
+    problems += [f"model key {k} not in this model" for k in sorted(set(saved) - set(live))]
+    for key in sorted(set(saved) & set(live)):
+        old, new = tuple(saved[key].shape), tuple(live[key].shape)
+        if old != new:
+            problems.append(
+                f"model key {key}: shape {list(old)} in the checkpoint, {list(new)} here"
+            )
+    return problems
+
+
+def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
+    """Every RNG state a run may draw from, in weights-only-loadable form.
+
+    Python's ``random``, NumPy's global generator, torch's CPU generator and, when
+    ``device`` is an accelerator, its generators (CUDA: every visible device; MPS).
+    """
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {
+            "kind": str(kind),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64).copy()),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "torch_cpu": torch.get_rng_state(),
+        "cuda": None,
+        "mps": None,
+    }
+    if device is not None and device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device is not None and device.type == "mps":
+        state["mps"] = torch.mps.get_rng_state()
+    return state
+
+
+def restore_rng(state: dict[str, Any]) -> None:
+    """Inverse of :func:`capture_rng`; accelerator states are restored when present."""
+    random.setstate(_as_python_state(state["python"]))
+    np_state = state["numpy"]
+    np.random.set_state(
+        (
+            np_state["kind"],
+            np_state["keys"].numpy().astype(np.uint32),
+            np_state["pos"],
+            np_state["has_gauss"],
+            np_state["cached_gaussian"],
+        )
+    )
+    torch.set_rng_state(state["torch_cpu"])
+    if state.get("cuda") is not None:
+        if torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+        else:
+            warnings.warn(
+                "the checkpoint holds CUDA RNG states but CUDA is not available; "
+                "exploration draws will differ from the original run",
+                stacklevel=2,
+            )
+    if state.get("mps") is not None and torch.backends.mps.is_available():
+        torch.mps.set_rng_state(state["mps"])
+
+
+def _as_python_state(value: Any) -> tuple:
+    """``random.setstate`` wants tuples; a round trip may have produced lists."""
+    version, internal, gauss = value
+    return (version, tuple(internal), gauss)
 
 
 def weights_sha256(model: torch.nn.Module) -> str:
@@ -69,3 +254,26 @@ def weights_sha256(model: torch.nn.Module) -> str:
         digest.update(str(tuple(tensor.shape)).encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
+
+
+def estimate_checkpoint_bytes(spec: RunSpec, dataset_shape: dict[str, int]) -> int:
+    """An upper estimate of one checkpoint's size on disk for ``spec`` on that dataset.
+
+    Builds the model on the meta device (no memory), then counts its state dict, the EMA
+    shadows (float entries), the dense optimizer's two moments per trainable parameter,
+    the carry (z_H and z_L for the global batch, plus its data rows) and a fixed overhead.
+    """
+    from trm.model import TinyRecursiveModel
+
+    with torch.device("meta"):
+        model = TinyRecursiveModel(spec.arch, **dataset_shape)
+    state = model.state_dict()
+    model_bytes = sum(t.numel() * t.element_size() for t in state.values())
+    float_bytes = sum(t.numel() * t.element_size() for t in state.values() if t.is_floating_point())
+    trainable_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    ema_bytes = float_bytes if spec.train.ema else 0
+    batch = spec.train.global_batch_size
+    positions = model.num_positions
+    carry_bytes = 2 * batch * positions * spec.arch.hidden_size * 4
+    carry_bytes += batch * (2 * dataset_shape["seq_len"] + 1 + 1 + 1) * 8
+    return model_bytes + ema_bytes + 2 * trainable_bytes + carry_bytes + CHECKPOINT_OVERHEAD_BYTES

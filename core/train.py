@@ -3,14 +3,19 @@
 ``Trainer.fit`` opens the data, builds the model and optimizers, resumes if a checkpoint
 exists, and then repeats the optimizer step: read the step's examples, run each micro-batch
 through one supervision step of its rows' carry, accumulate gradients, update. Plugins see the
-run through hooks (on_train_start, on_step, on_eval, save_checkpoint, on_train_end) and act
-on it only through ``TrainControl``.
+run through hooks (on_train_start, on_step, on_thermal_event, on_eval, on_out_of_memory,
+save_checkpoint, on_train_end) and act on it only through ``TrainControl``.
+
+A step is all or nothing: the carry is written back only after every micro-batch succeeded,
+so a step that runs out of memory is undone (gradients dropped, RNG restored) and retried with
+the micro-batch a plugin asks for — the same examples, the same exploration draws.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import threading
 import time
@@ -22,18 +27,22 @@ import numpy as np
 import psutil
 import torch
 
+from trm.checkpoint_schedule import CheckpointSchedule
 from trm.control import TrainControl
 from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex, TrainSampler
 from trm.errors import TrmError
 from trm.evaluate import autocast, evaluate, to_device
-from trm.model import EMA, ACTLoss, TinyRecursiveModel, build_optimizers, lr_at_step
+from trm.metrics_log import MetricsLog
+from trm.model import EMA, ACTLoss, TinyRecursiveModel, TRMCarry, build_optimizers, lr_at_step
+from trm.oom import free_cached_memory, is_out_of_memory
 from trm.plugin_manager import TrmPluginManager
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
-from trm.state import TrainState, weights_sha256
+from trm.state import TrainState, capture_rng, restore_rng, weights_sha256
 
-DEFAULT_CHECKPOINT_INTERVAL_S = 600.0
+MAX_CHECKPOINT_FAILURES = 3
+PAUSE_SLICE_S = 0.25
 
 
 class TrainingFailed(Exception):
@@ -61,6 +70,57 @@ def build_model(spec: RunSpec, shape: dict[str, int]) -> TinyRecursiveModel:
     return TinyRecursiveModel(spec.arch, **shape)
 
 
+def fit_micro_batch(size: int, global_batch: int) -> int:
+    """``size`` clamped to [1, global_batch] and rounded down to a divisor of global_batch."""
+    size = max(1, min(int(size), global_batch))
+    while global_batch % size:
+        size -= 1
+    return size
+
+
+def accumulate_gradients(
+    model: TinyRecursiveModel,
+    carry: TRMCarry,
+    batch: dict[str, torch.Tensor],
+    min_halt_steps: torch.Tensor,
+    micro_batch_size: int,
+    loss: str,
+    divisor: int,
+    device: torch.device,
+    dtype: torch.dtype | None = None,
+) -> tuple[list[tuple[slice, TRMCarry]], dict[str, float]]:
+    """Forward and backward over ``batch`` in micro-batches of ``micro_batch_size`` rows.
+
+    Each micro-batch runs one supervision step on its rows of ``carry`` with its rows of
+    ``min_halt_steps``; its loss sum is divided by ``divisor`` (the global batch size) before
+    ``backward``, so the gradients accumulated in ``.grad`` (and the puzzle-embedding lookups)
+    equal those of one pass over the whole batch. ``carry`` is not modified: the new rows come
+    back as ``(rows, new_carry)`` pieces for the caller to write back with ``assign_rows``.
+    Returns the pieces and the sums of the loss and the ACT metrics over all rows (``rows``
+    counts the rows that ran).
+    """
+    total = carry.batch_size
+    pieces: list[tuple[slice, TRMCarry]] = []
+    sums: dict[str, float] = {"loss_sum": 0.0, "rows": 0.0}
+    for start in range(0, total, micro_batch_size):
+        rows = slice(start, min(total, start + micro_batch_size))
+        sub_batch = {k: v[rows] for k, v in batch.items()}
+        with autocast(device, dtype):
+            new_carry, outputs = model(
+                carry.index_rows(rows), sub_batch, min_halt_steps=min_halt_steps[rows]
+            )
+        loss_sum, metrics = ACTLoss.compute(
+            outputs, new_carry.current_data["labels"], new_carry.halted, loss, steps=new_carry.steps
+        )
+        (loss_sum / divisor).backward()
+        pieces.append((rows, new_carry))
+        sums["loss_sum"] += float(loss_sum.detach())
+        sums["rows"] += rows.stop - rows.start
+        for key, value in metrics.items():
+            sums[key] = sums.get(key, 0.0) + float(value)
+    return pieces, sums
+
+
 class StopRequests:
     """SIGINT/SIGTERM handling: the first asks for a clean stop, a second SIGINT exits now."""
 
@@ -82,10 +142,20 @@ class StopRequests:
         if self.reason is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.reason = "interrupted" if signum == signal.SIGINT else "terminated"
+        # os.write, not print: a handler may run while the main thread is printing.
+        os.write(
+            2,
+            b"\ntrm: stopping after this step and saving a checkpoint "
+            b"(Ctrl-C again quits at once)\n",
+        )
 
 
 class Trainer:
-    """Trains ``spec`` on ``data_dir`` into ``run_dir``; see :meth:`fit`."""
+    """Trains ``spec`` on ``data_dir`` into ``run_dir``; see :meth:`fit`.
+
+    ``checkpoint_interval`` is ``(steps, seconds)`` from ``--checkpoint-every`` (one of them
+    0); None uses ``train.checkpoint_interval_steps``, else about every ten minutes.
+    """
 
     def __init__(
         self,
@@ -97,6 +167,7 @@ class Trainer:
         log: Callable[[str], None],
         resume: str = "auto",
         max_steps: int | None = None,
+        checkpoint_interval: tuple[int, float] | None = None,
     ) -> None:
         self.spec = spec
         self.runtime = runtime
@@ -108,6 +179,13 @@ class Trainer:
         self.max_steps = max_steps
         self.device = torch.device(runtime.device)
         self.dtype = runtime.autocast_dtype
+        if checkpoint_interval is not None:
+            self.schedule = CheckpointSchedule(*checkpoint_interval)
+        else:
+            self.schedule = CheckpointSchedule(spec.train.checkpoint_interval_steps)
+        self.metrics = MetricsLog(run_dir / "metrics.jsonl")
+        self.checkpoint_failures = 0
+        self.checkpoint_step: int | None = None
 
     # ---- setup -------------------------------------------------------------------------
     def _open_data(self) -> tuple[SplitIndex, SplitIndex | None]:
@@ -130,8 +208,11 @@ class Trainer:
             if self.resume != "auto":
                 raise TrmError(f"--resume {self.resume}: no checkpoint found there")
             return
-        load_state(state, payload)
-        self.log(f"resumed from step {state.step} ({state.samples} samples)")
+        where = f"checkpoint {payload.get('loaded_from', target)}"
+        for note in state.load_state_dict(payload, where):
+            self.log(f"warning: {note}")
+        self.checkpoint_step = state.step
+        self.log(f"resumed from step {state.step} ({state.samples} samples) of {where}")
 
     # ---- the loop ----------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
@@ -139,7 +220,10 @@ class Trainer:
 
         Writes metrics.jsonl (continuing it on resume without gaps or repeats), checkpoints
         through ``save_checkpoint`` and summary.json. The summary's ``stopped`` is "finished",
-        "max_steps", or the reason a stop was requested ("interrupted", a plugin's reason).
+        "max_steps", or the reason a stop was requested ("interrupted", "terminated", a
+        plugin's reason); ``checkpoint_step`` is the step of the newest checkpoint written
+        or resumed from. On TrainingFailed the summary says "failed" with the ``error``, and
+        the error is raised.
         """
         spec, train_cfg = self.spec, self.spec.train
         torch.manual_seed(train_cfg.seed)
@@ -168,89 +252,80 @@ class Trainer:
         if state.carry is None:
             template = to_device(train_index.gather(sampler.examples_for_step(0)), self.device)
             state.carry = model.initial_carry(template)
-        metrics_path = self.run_dir / "metrics.jsonl"
-        truncate_metrics(metrics_path, state.step)
+        self.metrics.continue_from(state.step)
         control = TrainControl()
         process = psutil.Process()
         started = time.perf_counter()
-        last_checkpoint = started
-        checkpoint_failures = 0
         stopped = "finished" if stop_step == state.total_steps else "max_steps"
 
         model.train()
         self.pm.hook.on_train_start(state=state, control=control)
         self._flush_messages(control)
-        with StopRequests() as stops, metrics_path.open("a", encoding="utf-8") as metrics_file:
-            while state.step < stop_step:
-                t0 = time.perf_counter()
-                examples = sampler.examples_for_step(state.step)
-                batch = train_index.gather(examples)
-                sums = self._optimizer_step(state, batch)
-                state.step += 1
-                state.samples += global_batch
-                step_s = time.perf_counter() - t0
-                record = self._step_record(state, sums, step_s, process)
-                metrics_file.write(json.dumps(record) + "\n")
-                metrics_file.flush()
-                self.pm.hook.on_step(state=state, metrics=record, control=control)
+        try:
+            with StopRequests() as stops, self.metrics:
+                while state.step < stop_step:
+                    t0 = time.perf_counter()
+                    batch = train_index.gather(sampler.examples_for_step(state.step))
+                    sums = self._optimizer_step(state, batch, control)
+                    state.step += 1
+                    state.samples += int(sums["rows"])
+                    record = self._step_record(state, sums, time.perf_counter() - t0, process)
+                    self.metrics.write(record)
+                    self.pm.hook.on_step(state=state, metrics=record, control=control)
+                    self._dispatch_thermal_events(state, control)
 
-                at_end = state.step >= stop_step
-                if eval_index is not None and (
-                    at_end
-                    or (train_cfg.eval_interval and state.step % train_cfg.eval_interval == 0)
-                ):
-                    eval_record = self._evaluate(state, eval_index)
-                    metrics_file.write(json.dumps(eval_record) + "\n")
-                    metrics_file.flush()
-                    self.pm.hook.on_eval(state=state, metrics=eval_record, control=control)
-
-                reasons = list(control.checkpoint_reasons)
-                control.checkpoint_reasons.clear()
-                now = time.perf_counter()
-                interval = train_cfg.checkpoint_interval_steps
-                if (interval and state.step % interval == 0) or (
-                    not interval and now - last_checkpoint >= DEFAULT_CHECKPOINT_INTERVAL_S
-                ):
-                    reasons.append("interval")
-                stop_reason = stops.reason or control.stop_reason
-                if at_end or stop_reason:
-                    reasons.append("end" if at_end else "stop")
-                if reasons:
-                    state.wall_s_before += now - started
-                    started = now
-                    if self._checkpoint(state, reasons[0]):
-                        checkpoint_failures = 0
-                    else:
-                        checkpoint_failures += 1
-                        if checkpoint_failures >= 3:
-                            raise TrainingFailed(
-                                f"step {state.step}: three checkpoint saves in a row failed; "
-                                "free disk space or choose another --out, then resume"
-                            )
-                    last_checkpoint = now
-                self._flush_messages(control)
-                if stop_reason and not at_end:
-                    stopped = stop_reason
-                    break
-                if control.pause_s > 0:
-                    self.log(f"pausing {control.pause_s:.0f} s: {control.pause_reason}")
-                    time.sleep(control.pause_s)
-                    control.pause_s, control.pause_reason = 0.0, ""
-                if control.micro_batch_request is not None:
-                    self._set_micro_batch(state, *control.micro_batch_request)
-                    control.micro_batch_request = None
-
+                    at_end = state.step >= stop_step
+                    reasons = list(control.checkpoint_reasons)
+                    control.checkpoint_reasons.clear()
+                    interval = train_cfg.eval_interval
+                    eval_due = at_end or (interval > 0 and state.step % interval == 0)
+                    if eval_index is not None and eval_due:
+                        reasons += self._evaluate(state, eval_index, control)
+                    self._apply_micro_batch_request(state, control)
+                    stop_reason = stops.reason or control.stop_reason
+                    if self.schedule.due(state.step, time.perf_counter()):
+                        reasons.append("interval")
+                    if at_end or stop_reason:
+                        reasons.insert(0, "end" if at_end else "stop")
+                    if reasons:
+                        state.wall_s_before += time.perf_counter() - started
+                        started = time.perf_counter()
+                        self._save(state, reasons[0])
+                    self._announce_schedule(state)
+                    self._flush_messages(control)
+                    if stop_reason and not at_end:
+                        stopped = stop_reason
+                        break
+                    self._pause(state, control, stops)
+                    if stops.reason and not at_end:  # Ctrl-C during the pause
+                        if self.checkpoint_step != state.step:
+                            self._save(state, "stop")
+                        stopped = stops.reason
+                        break
+        except TrainingFailed as exc:
+            state.wall_s_before += time.perf_counter() - started
+            self._write_summary(state, "failed", error=str(exc))
+            raise
         state.wall_s_before += time.perf_counter() - started
+        return self._write_summary(state, stopped)
+
+    def _write_summary(
+        self, state: TrainState, stopped: str, error: str | None = None
+    ) -> dict[str, Any]:
         summary = {
             "stopped": stopped,
+            "error": error,
             "steps": state.step,
             "total_steps": state.total_steps,
             "samples": state.samples,
             "wall_s": round(state.wall_s_before, 3),
             "best_exact_accuracy": state.best_exact_accuracy,
+            "best_step": state.best_step,
             "final_exact_accuracy": state.last_eval.get("exact_accuracy"),
             "final_cell_accuracy": state.last_eval.get("cell_accuracy"),
-            "final_weights_sha256": weights_sha256(model),
+            "final_weights_sha256": weights_sha256(state.model),
+            "checkpoint_step": self.checkpoint_step,
+            "micro_batch_size": state.micro_batch_size,
             "device": self.runtime.device,
             "precision": self.runtime.precision,
         }
@@ -259,53 +334,107 @@ class Trainer:
         return summary
 
     # ---- pieces of a step --------------------------------------------------------------
-    def _optimizer_step(self, state: TrainState, batch: dict[str, np.ndarray]) -> dict[str, float]:
-        """One optimizer update over the global batch, split into micro-batches.
+    def _optimizer_step(
+        self, state: TrainState, batch: dict[str, np.ndarray], control: TrainControl
+    ) -> dict[str, float]:
+        """One optimizer update over the global batch; an out-of-memory step is retried.
 
-        Each micro-batch runs one supervision step on its rows of the carry; the loss sum is
-        divided by the global batch size so the accumulated gradient equals the full batch's.
+        On out of memory the step is undone (gradients dropped, RNG restored, carry never
+        written) and ``on_out_of_memory`` asks the plugins for a smaller micro-batch; the
+        same step then runs again. Without a smaller micro-batch the run fails.
         """
-        model, global_batch = state.model, self.spec.train.global_batch_size
-        micro = state.micro_batch_size
+        rng = capture_rng(self.device)
+        while True:
+            try:
+                return self._attempt_step(state, batch)
+            except Exception as exc:
+                if not is_out_of_memory(exc):
+                    raise
+                error = exc.with_traceback(None)  # drop the frames that hold activations
+            self._recover_from_oom(state, error, rng, control)
+
+    def _attempt_step(self, state: TrainState, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        model, spec = state.model, self.spec
+        global_batch = spec.train.global_batch_size
         device_batch = to_device(batch, self.device)
         min_halt_steps = model.draw_min_halt_steps(global_batch, self.device)
         for opt in state.optimizers:
             opt.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {}
-        for start in range(0, global_batch, micro):
-            rows = slice(start, min(global_batch, start + micro))
-            carry = state.carry.index_rows(rows)
-            sub_batch = {k: v[rows] for k, v in device_batch.items()}
-            with autocast(self.device, self.dtype):
-                carry, outputs = model(carry, sub_batch, min_halt_steps=min_halt_steps[rows])
-            loss_sum, metrics = ACTLoss.compute(
-                outputs,
-                carry.current_data["labels"],
-                carry.halted,
-                self.spec.arch.loss,
-                steps=carry.steps,
-            )
-            (loss_sum / global_batch).backward()
-            state.carry.assign_rows(rows, carry)
-            sums["loss_sum"] = sums.get("loss_sum", 0.0) + float(loss_sum.detach())
-            for key, value in metrics.items():
-                sums[key] = sums.get(key, 0.0) + float(value)
+        pieces, sums = accumulate_gradients(
+            model,
+            state.carry,
+            device_batch,
+            min_halt_steps,
+            state.micro_batch_size,
+            spec.arch.loss,
+            global_batch,
+            self.device,
+            self.dtype,
+        )
         if not math.isfinite(sums["loss_sum"]):
             raise TrainingFailed(
-                f"step {state.step + 1}: the loss is not finite ({sums['loss_sum']}); "
-                "the last good checkpoint is kept — lower train.lr or check the data"
+                f"step {state.step + 1}: the loss is not finite ({sums['loss_sum']}); the run "
+                f"stops and the last good checkpoint (step {self.checkpoint_step}) is kept — "
+                "lower train.lr or check the data, then resume"
             )
-        for opt in state.optimizers:
-            for group in opt.param_groups:
-                group["lr"] = lr_at_step(
-                    state.step, self.spec.train, state.total_steps, group["base_lr"]
-                )
-            opt.step()
-        lr = lr_at_step(state.step, self.spec.train, state.total_steps)
-        if state.ema is not None:
-            state.ema.update(model)
-        sums["lr"] = lr
+        for rows, new_carry in pieces:
+            state.carry.assign_rows(rows, new_carry)
+        del pieces
+        try:
+            for opt in state.optimizers:
+                for group in opt.param_groups:
+                    group["lr"] = lr_at_step(
+                        state.step, spec.train, state.total_steps, group["base_lr"]
+                    )
+                opt.step()
+            if state.ema is not None:
+                state.ema.update(model)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            raise TrainingFailed(
+                f"step {state.step + 1}: out of memory while updating the weights, which may "
+                f"now be partly updated, so the run stops; the checkpoint of step "
+                f"{self.checkpoint_step} is intact — resume with a smaller "
+                "runtime.micro_batch_size or a smaller model"
+            ) from None
+        sums["lr"] = lr_at_step(state.step, spec.train, state.total_steps)
         return sums
+
+    def _recover_from_oom(
+        self,
+        state: TrainState,
+        error: BaseException,
+        rng: dict[str, Any],
+        control: TrainControl,
+    ) -> None:
+        step = state.step + 1
+        for opt in state.optimizers:
+            opt.zero_grad(set_to_none=True)
+        restore_rng(rng)
+        old = state.micro_batch_size
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        control.micro_batch_request = None
+        self.pm.hook.on_out_of_memory(state=state, error=error, control=control)
+        self._flush_messages(control)
+        request, control.micro_batch_request = control.micro_batch_request, None
+        global_batch = self.spec.train.global_batch_size
+        new = old if request is None else fit_micro_batch(request[0], global_batch)
+        if new >= old:
+            if old == 1:
+                why = "the micro-batch is already 1"
+            elif request is None:
+                why = "no plugin reduced the micro-batch (is memory-guard off?)"
+            else:
+                why = "the micro-batch cannot shrink further"
+            raise TrainingFailed(
+                f"step {step}: out of memory with micro-batch {old} ({detail}); {why}. The "
+                f"checkpoint of step {self.checkpoint_step} is intact — free memory or use a "
+                "smaller model, then resume"
+            )
+        self._event(step, "out_of_memory", quiet=True, micro_batch_size=old, error=detail)
+        self.log(f"step {step}: out of memory at micro-batch {old} ({detail}); retrying the step")
+        self._set_micro_batch(state, new, request[1], step)
 
     def _step_record(
         self, state: TrainState, sums: dict[str, float], step_s: float, process: psutil.Process
@@ -314,10 +443,12 @@ class Trainer:
         mem_device_mb = None
         if self.device.type == "cuda":
             mem_device_mb = round(torch.cuda.max_memory_allocated(self.device) / 2**20, 1)
+        elif self.device.type == "mps":
+            mem_device_mb = round(torch.mps.current_allocated_memory() / 2**20, 1)
         return {
             "step": state.step,
             "samples": state.samples,
-            "samples_per_s": round(self.spec.train.global_batch_size / step_s, 2),
+            "samples_per_s": round(self.spec.train.global_batch_size / max(step_s, 1e-9), 2),
             "loss": sums["loss_sum"] / self.spec.train.global_batch_size,
             "lr": sums["lr"],
             "mem_host_mb": round(process.memory_info().rss / 2**20, 1),
@@ -329,86 +460,140 @@ class Trainer:
             "micro_batch_size": state.micro_batch_size,
         }
 
-    def _evaluate(self, state: TrainState, eval_index: SplitIndex) -> dict[str, Any]:
-        arch = self.spec.arch
-        args = (
-            eval_index,
-            arch.halt_max_steps,
-            state.micro_batch_size,
-            self.device,
-            self.dtype,
-            self.spec.train.eval_max_examples,
-        )
-        if state.ema is not None:
-            with state.ema.swap_in(state.model):
-                result = evaluate(state.model, *args)
-        else:
-            result = evaluate(state.model, *args)
-        state.last_eval = result
-        state.best_exact_accuracy = max(state.best_exact_accuracy, result["exact_accuracy"])
-        return {"kind": "eval", "step": state.step, **result}
+    def _evaluate(
+        self, state: TrainState, eval_index: SplitIndex, control: TrainControl
+    ) -> list[str]:
+        """Evaluate (EMA weights when kept), write the row, call on_eval.
 
-    def _checkpoint(self, state: TrainState, reason: str) -> bool:
+        Returns the checkpoint reasons it gives: ``["best"]`` on a new best, else none.
+
+        Out of memory during evaluation halves the evaluation batch and tries again.
+        """
+        arch, batch_size = self.spec.arch, state.micro_batch_size
+        while True:
+            try:
+                args = (
+                    eval_index,
+                    arch.halt_max_steps,
+                    batch_size,
+                    self.device,
+                    self.dtype,
+                    self.spec.train.eval_max_examples,
+                )
+                if state.ema is not None:
+                    with state.ema.swap_in(state.model):
+                        result = evaluate(state.model, *args)
+                else:
+                    result = evaluate(state.model, *args)
+                break
+            except Exception as exc:
+                if not is_out_of_memory(exc) or batch_size == 1:
+                    raise
+            free_cached_memory(self.device)
+            self.log(f"out of memory in evaluation: batch {batch_size} -> {batch_size // 2}")
+            batch_size //= 2
+        state.last_eval = result
+        improved = state.best_step == 0 or result["exact_accuracy"] > state.best_exact_accuracy
+        if improved:
+            state.best_exact_accuracy = result["exact_accuracy"]
+            state.best_step = state.step
+        record = {"kind": "eval", "step": state.step, **result}
+        self.metrics.write(record)
+        self.pm.hook.on_eval(state=state, metrics=record, control=control)
+        return ["best"] if improved else []
+
+    def _save(self, state: TrainState, reason: str) -> None:
+        """Checkpoint through ``save_checkpoint``; a failure warns, repeated failures stop."""
+        if not all(bool(torch.isfinite(t).all()) for t in state.model.parameters()):
+            raise TrainingFailed(
+                f"step {state.step}: the weights are no longer finite; the run stops and the "
+                f"last good checkpoint (step {self.checkpoint_step}) is kept — lower train.lr"
+            )
+        self.metrics.sync()
         try:
             path = self.pm.hook.save_checkpoint(state=state, run_dir=self.run_dir, reason=reason)
         except OSError as exc:
+            self.checkpoint_failures += 1
+            self._event(state.step, "checkpoint_failed", reason=reason, error=str(exc))
             self.log(
-                f"warning: checkpoint at step {state.step} failed ({exc}); "
-                "the previous checkpoint is intact"
+                f"warning: checkpoint at step {state.step} failed ({exc}); the previous "
+                f"checkpoint (step {self.checkpoint_step}) is intact"
             )
-            return False
-        if path is None:
-            return True  # no checkpoint plugin enabled: nothing to write
-        return True
+            if self.checkpoint_failures >= MAX_CHECKPOINT_FAILURES:
+                raise TrainingFailed(
+                    f"step {state.step}: {MAX_CHECKPOINT_FAILURES} checkpoint saves in a row "
+                    f"failed (last: {exc}); the checkpoint of step {self.checkpoint_step} is "
+                    "intact — free disk space or fix the run directory, then resume"
+                ) from exc
+            return
+        self.checkpoint_failures = 0
+        self.schedule.saved(state.step, time.perf_counter())
+        if path is not None:
+            self.checkpoint_step = state.step
 
-    def _set_micro_batch(self, state: TrainState, size: int, reason: str) -> None:
+    def _announce_schedule(self, state: TrainState) -> None:
+        line = self.schedule.describe_once(state.step, time.perf_counter())
+        if line:
+            self.log(line)
+
+    def _apply_micro_batch_request(self, state: TrainState, control: TrainControl) -> None:
+        if control.micro_batch_request is not None:
+            size, reason = control.micro_batch_request
+            control.micro_batch_request = None
+            global_batch = self.spec.train.global_batch_size
+            self._set_micro_batch(state, fit_micro_batch(size, global_batch), reason, state.step)
+
+    def _set_micro_batch(self, state: TrainState, size: int, reason: str, step: int) -> None:
+        if size == state.micro_batch_size:
+            return
         global_batch = self.spec.train.global_batch_size
-        size = max(1, min(size, global_batch))
-        while global_batch % size:
-            size -= 1
-        if size != state.micro_batch_size:
-            self.log(
-                f"micro-batch {state.micro_batch_size} -> {size} "
-                f"(accumulation {global_batch // size}): {reason}"
+        self.log(
+            f"step {step}: micro-batch {state.micro_batch_size} -> {size} "
+            f"(accumulation {global_batch // size}, global batch {global_batch}): {reason}"
+        )
+        self._event(
+            step, "micro_batch", old=state.micro_batch_size, new=size, reason=reason, quiet=True
+        )
+        state.micro_batch_size = size
+
+    def _dispatch_thermal_events(self, state: TrainState, control: TrainControl) -> None:
+        while control.thermal_events:
+            event = control.thermal_events.pop(0)
+            self._event(
+                state.step,
+                "thermal",
+                level=event.level,
+                reading=event.reading,
+                temperature_c=event.temperature_c,
+                throttled=event.throttled,
+                on_battery=event.on_battery,
+                battery_percent=event.battery_percent,
+                battery_low=event.battery_low,
+                source=event.source,
+                quiet=True,
             )
-            state.micro_batch_size = size
+            self.pm.hook.on_thermal_event(event=event, control=control)
+
+    def _pause(self, state: TrainState, control: TrainControl, stops: StopRequests) -> None:
+        """Sleep as plugins asked, in short slices so a stop request ends the pause."""
+        if control.pause_s <= 0:
+            return
+        seconds, reason = control.pause_s, control.pause_reason
+        control.pause_s, control.pause_reason = 0.0, ""
+        self._event(state.step, "pause", seconds=seconds, reason=reason, quiet=True)
+        self.log(f"pausing {seconds:.0f} s: {reason}")
+        deadline = time.perf_counter() + seconds
+        while stops.reason is None and (left := deadline - time.perf_counter()) > 0:
+            time.sleep(min(left, PAUSE_SLICE_S))
+
+    def _event(self, step: int, event: str, quiet: bool = False, **fields: Any) -> None:
+        """Record an event row in metrics.jsonl (and show it unless ``quiet``)."""
+        self.metrics.write({"kind": "event", "step": step, "event": event, **fields})
+        if not quiet:
+            details = ", ".join(f"{k}={v}" for k, v in fields.items())
+            self.log(f"step {step}: {event.replace('_', ' ')} ({details})")
 
     def _flush_messages(self, control: TrainControl) -> None:
         for message in control.messages:
             self.log(message)
         control.messages.clear()
-
-
-def load_state(state: TrainState, payload: dict[str, Any]) -> None:
-    """Restore a TrainState from a checkpoint payload written by ``TrainState.state_dict``."""
-    from trm.model import TRMCarry
-
-    state.model.load_state_dict(payload["model"])
-    for opt, opt_state in zip(state.optimizers, payload["optimizers"], strict=True):
-        opt.load_state_dict(opt_state)
-    if state.ema is not None and payload.get("ema") is not None:
-        state.ema.load_state_dict(payload["ema"])
-    device = next(state.model.parameters()).device
-    if payload.get("carry") is not None:
-        state.carry = TRMCarry.from_state_dict(payload["carry"]).to(device)
-    state.step = int(payload["step"])
-    state.samples = int(payload["samples"])
-    state.micro_batch_size = int(payload.get("micro_batch_size") or state.micro_batch_size)
-    state.best_exact_accuracy = float(payload.get("best_exact_accuracy", 0.0))
-    state.last_eval = dict(payload.get("last_eval") or {})
-    state.wall_s_before = float(payload.get("wall_s", 0.0))
-    torch.set_rng_state(payload["rng_torch"])
-
-
-def truncate_metrics(path: Path, step: int) -> None:
-    """Drop metrics rows after ``step`` so a resumed run continues without repeats."""
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line).get("step", 0) <= step:
-                kept.append(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by a kill mid-write
-    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")

@@ -1,0 +1,192 @@
+"""faults: inject failures at chosen steps, to test that runs survive them (opt-in).
+
+Switch it on with ``--plugins faults`` and say what to break in the environment variable
+``TRM_FAULTS``: a comma-separated list of ``KIND@STEP`` (steps count from 1, the step being
+taken), e.g. ``TRM_FAULTS="oom@3,oom@5:1,save-fail@4" trm run quickstart --plugins faults``.
+
+==================  ===========================================================================
+kind                effect at step STEP
+==================  ===========================================================================
+oom@S[:M]           ``torch.OutOfMemoryError`` (as CUDA raises it) entering the forward of
+                    micro-batch M (default 0); only the first attempt of the step fails
+oom-host@S[:M]      the CPU allocator's ``RuntimeError`` ("can't allocate memory")
+oom-mps@S[:M]       the MPS backend's ``RuntimeError`` ("MPS backend out of memory")
+oom-update@S        out of memory inside the dense optimizer's update (not retryable)
+nan@S               every logit of the step becomes NaN (a non-finite loss)
+save-fail@S         the checkpoint write after step S fails with "No space left on device"
+kill-in-save@S      the checkpoint write after step S dies by SIGKILL half-way through its
+                    temporary file, as a power cut or the OOM killer would
+sigint@S, sigterm@S the process sends itself SIGINT / SIGTERM after step S (repeat the item
+                    to send it twice)
+==================  ===========================================================================
+
+It acts through torch's own module and optimizer hooks and through ``save_checkpoint``
+(``tryfirst``), never by changing the loop. A fault fires once per process.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+from attrs import define, field
+
+from trm import hookimpl
+from trm.control import TrainControl
+from trm.errors import TrmError
+from trm.state import TrainState
+
+ACTIVATION = "opt-in"
+ENV_VAR = "TRM_FAULTS"
+KINDS = (
+    "oom",
+    "oom-host",
+    "oom-mps",
+    "oom-update",
+    "nan",
+    "save-fail",
+    "kill-in-save",
+    "sigint",
+    "sigterm",
+)
+
+
+@define(frozen=True)
+class Fault:
+    kind: str
+    step: int
+    micro_batch: int = 0
+
+
+def parse_faults(text: str) -> list[Fault]:
+    """Parse ``TRM_FAULTS``; TrmError names a malformed item."""
+    faults = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        kind, _, where = item.partition("@")
+        step_text, _, micro_text = where.partition(":")
+        try:
+            fault = Fault(kind, int(step_text), int(micro_text or 0))
+        except ValueError:
+            fault = None
+        if fault is None or kind not in KINDS or fault.step < 1 or fault.micro_batch < 0:
+            raise TrmError(
+                f"{ENV_VAR}: cannot read {item!r}; expected KIND@STEP[:MICRO_BATCH] with KIND "
+                f"one of {', '.join(KINDS)}"
+            )
+        faults.append(fault)
+    return faults
+
+
+def _oom_error(kind: str, step: int) -> BaseException:
+    where = f"(injected by the faults plugin at step {step})"
+    if kind == "oom-host":
+        return RuntimeError(
+            f"[enforce fail at alloc_cpu.cpp] DefaultCPUAllocator: can't allocate memory: "
+            f"you tried to allocate 1073741824 bytes {where}"
+        )
+    if kind == "oom-mps":
+        return RuntimeError(f"MPS backend out of memory {where}")
+    return torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 1.00 GiB {where}")
+
+
+@define
+class _Injector:
+    """Pending faults and the hooks installed on the model of the current run."""
+
+    pending: Counter = field(factory=Counter)
+    state: TrainState | None = None
+    forward_calls: Counter = field(factory=Counter)
+    handles: list[Any] = field(factory=list)
+
+    def take(self, kind: str, step: int, micro_batch: int = 0) -> bool:
+        key = Fault(kind, step, micro_batch)
+        if self.pending[key] > 0:
+            self.pending[key] -= 1
+            return True
+        return False
+
+    def step_in_progress(self) -> int:
+        return 0 if self.state is None else self.state.step + 1
+
+    def before_forward(self, module: torch.nn.Module, _args: Any) -> None:
+        if not module.training or not torch.is_grad_enabled():
+            return
+        step = self.step_in_progress()
+        micro = self.forward_calls[step]
+        self.forward_calls[step] += 1
+        for kind in ("oom", "oom-host", "oom-mps"):
+            if self.take(kind, step, micro):
+                raise _oom_error(kind, step)
+
+    def after_forward(self, module: torch.nn.Module, _args: Any, output: Any) -> Any:
+        if module.training and self.pending[Fault("nan", self.step_in_progress())] > 0:
+            _carry, outputs = output
+            outputs["logits"] = outputs["logits"] * float("nan")
+        return output
+
+    def before_update(self, _optimizer: Any, _args: Any, _kwargs: Any) -> None:
+        step = self.step_in_progress()
+        if self.take("oom-update", step):
+            raise _oom_error("oom", step)
+
+
+_injector = _Injector()
+
+
+@hookimpl
+def on_train_start(state: TrainState, control: TrainControl) -> None:
+    for handle in _injector.handles:
+        handle.remove()
+    _injector.handles.clear()
+    _injector.forward_calls.clear()
+    _injector.state = state
+    _injector.pending = Counter(parse_faults(os.environ.get(ENV_VAR, "")))
+    model = state.model
+    _injector.handles.append(model.register_forward_pre_hook(_injector.before_forward))
+    _injector.handles.append(model.register_forward_hook(_injector.after_forward))
+    for optimizer in state.optimizers:
+        if isinstance(optimizer, torch.optim.Optimizer):
+            _injector.handles.append(optimizer.register_step_pre_hook(_injector.before_update))
+    if _injector.pending:
+        faults = ", ".join(f"{f.kind}@{f.step}" for f in sorted(_injector.pending, key=str))
+        control.log(f"faults: will inject {faults}")
+
+
+@hookimpl
+def on_step(state: TrainState, control: TrainControl) -> None:
+    for kind, sig in (("sigint", signal.SIGINT), ("sigterm", signal.SIGTERM)):
+        while _injector.take(kind, state.step):
+            os.kill(os.getpid(), sig)
+    nan_key = Fault("nan", state.step)
+    _injector.pending.pop(nan_key, None)
+
+
+@hookimpl(tryfirst=True)
+def save_checkpoint(state: TrainState, run_dir: Path, reason: str) -> Path | None:
+    if _injector.take("save-fail", state.step):
+        raise OSError(errno.ENOSPC, f"No space left on device (injected at step {state.step})")
+    if _injector.take("kill-in-save", state.step):
+        folder = run_dir / "checkpoints"
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f".step-{state.step:08d}.pt.injected.tmp"
+        with partial.open("wb") as handle:
+            handle.write(b"PK\x03\x04 half a checkpoint")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)
+    return None
+
+
+@hookimpl
+def on_train_end() -> None:
+    for handle in _injector.handles:
+        handle.remove()
+    _injector.handles.clear()
+    _injector.state = None
