@@ -1,0 +1,84 @@
+"""Analytic model FLOPs of one training sample: one puzzle through one supervision step.
+
+The count is the usual "model FLOPs" of MFU: only the matrix products the model needs,
+2 FLOPs per multiply-add, independent of how a backend executes them (no recomputation, no
+padding, no elementwise work, no optimizer). For one sample of P positions (puzzle prefix +
+sequence) and hidden size D:
+
+- one call of the network ``net``: for every matrix of every layer, 2 × in × out × rows,
+  where rows is P for maps along the hidden axis (attention's qkv and o, the SwiGLU) and D
+  for the MLP across positions (``mlp_t``, a map along the position axis); with attention
+  also the scores and the weighted sum, 2 × P² × D each;
+- forward: H_cycles × (L_cycles + 1) network calls (another H_cycles × (L_cycles + 1) when
+  the Q-continue target is bootstrapped, ``no_ACT_continue = false``), plus the heads (the
+  LM head on the seq_len answer positions, the Q head on one position) and the token
+  embedding counted as a one-hot product, 2 × vocab × D per token; the puzzle-embedding
+  lookup copies a row and counts 0;
+- backward: 2 × forward for the parts that carry gradient: the L_cycles + 1 calls of the
+  last H cycle, the heads and the token embedding.
+"""
+
+from __future__ import annotations
+
+from attrs import frozen
+
+from trm.model.layers import swiglu_inner_width
+from trm.model.trm import puzzle_prefix_len
+from trm.spec import ArchSpec
+
+
+@frozen
+class ModelFlops:
+    """FLOPs of one sample's supervision step, by part; totals are properties."""
+
+    net_call: int  # one forward call of the network on one sample
+    heads: int  # LM head + Q head, forward
+    embeddings: int  # token embedding as a one-hot product, forward
+    forward_net_calls: int  # network calls in the forward pass
+    grad_net_calls: int  # of which carry gradient (backward = 2 × their forward)
+
+    @property
+    def forward(self) -> int:
+        return self.forward_net_calls * self.net_call + self.heads + self.embeddings
+
+    @property
+    def backward(self) -> int:
+        return 2 * (self.grad_net_calls * self.net_call + self.heads + self.embeddings)
+
+    @property
+    def per_sample(self) -> int:
+        """Forward + backward FLOPs of one training sample."""
+        return self.forward + self.backward
+
+
+def _swiglu_flops(width: int, expansion: float, rows: int) -> int:
+    inner = swiglu_inner_width(width, expansion)
+    return 2 * rows * (width * 2 * inner + inner * width)
+
+
+def net_call_flops(arch: ArchSpec, seq_len: int) -> int:
+    """Forward FLOPs of one call of the network on one sample of ``seq_len`` cells."""
+    positions = puzzle_prefix_len(arch) + seq_len
+    hidden = arch.hidden_size
+    per_layer = _swiglu_flops(hidden, arch.expansion, positions)
+    if arch.mlp_t:
+        per_layer += _swiglu_flops(positions, arch.expansion, hidden)
+    else:
+        per_layer += 2 * positions * (hidden * 3 * hidden + hidden * hidden)  # qkv, o
+        per_layer += 2 * 2 * positions * positions * hidden  # scores and weighted sum
+    return arch.L_layers * per_layer
+
+
+def model_flops(arch: ArchSpec, seq_len: int, vocab_size: int) -> ModelFlops:
+    """The analytic FLOPs of one training sample for ``arch`` on a task of this shape."""
+    calls = arch.H_cycles * (arch.L_cycles + 1)
+    if not arch.no_ACT_continue and arch.halt_max_steps > 1:
+        calls *= 2  # the bootstrapped Q target runs the recursion once more, without grad
+    hidden = arch.hidden_size
+    return ModelFlops(
+        net_call=net_call_flops(arch, seq_len),
+        heads=2 * seq_len * hidden * vocab_size + 2 * hidden * 2,
+        embeddings=2 * seq_len * vocab_size * hidden,
+        forward_net_calls=calls,
+        grad_net_calls=arch.L_cycles + 1,
+    )
