@@ -74,11 +74,16 @@ class Embedding(nn.Module):
         return F.embedding(ids, self.weight)
 
 
-def rms_norm(x: Tensor, eps: float) -> Tensor:
-    """Non-parametric RMS norm over the last axis, computed in float32, returned in x's dtype."""
+def rms_norm(x: Tensor, eps: float, dim: int = -1) -> Tensor:
+    """Non-parametric RMS norm over axis ``dim``, computed in float32, returned in x's dtype."""
     x32 = x.float()
-    normed = x32 * torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)
+    normed = x32 * torch.rsqrt(x32.square().mean(dim, keepdim=True) + eps)
     return normed.to(x.dtype)
+
+
+def swiglu_inner_width(hidden: int, expansion: float) -> int:
+    """SwiGLU inner width: ``round(expansion * hidden * 2/3)`` rounded up to a multiple of 256."""
+    return round_up_to_multiple(round(expansion * hidden * 2 / 3), 256)
 
 
 class SwiGLU(nn.Module):
@@ -90,13 +95,22 @@ class SwiGLU(nn.Module):
 
     def __init__(self, hidden: int, expansion: float) -> None:
         super().__init__()
-        self.inter = round_up_to_multiple(round(expansion * hidden * 2 / 3), 256)
+        self.inter = swiglu_inner_width(hidden, expansion)
         self.gate_up = Linear(hidden, 2 * self.inter)
         self.down = Linear(self.inter, hidden)
 
     def forward(self, x: Tensor) -> Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)
         return self.down(F.silu(gate) * up)
+
+    def forward_leading(self, x: Tensor) -> Tensor:
+        """The same map along the *first* axis: x [hidden, N] -> [hidden, N].
+
+        Equals ``forward(x.T).T`` without transposing anything: the weights multiply from the
+        left, so each projection is one matrix product over all N columns.
+        """
+        gate, up = torch.mm(self.gate_up.weight, x).chunk(2, dim=0)
+        return torch.mm(self.down.weight, F.silu(gate) * up)
 
 
 class RotaryEmbedding(nn.Module):

@@ -15,12 +15,13 @@ Names follow the reference implementation (SamsungSAILMontreal/TinyRecursiveMode
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 from attrs import define
 from torch import Tensor, nn
+from torch.func import functional_call
 
 from ..spec import ArchSpec
 from .layers import (
@@ -114,7 +115,12 @@ class TRMCarry:
 
 
 class TRMBlock(nn.Module):
-    """Post-norm block: token mixing (attention or an MLP across positions), then a SwiGLU."""
+    """Post-norm block: token mixing (attention or an MLP across positions), then a SwiGLU.
+
+    With attention the block reads and returns [B, P, hidden]; with the MLP across positions
+    (``mlp_t``) it works position-major, [P, B, hidden], so that both mixing directions are
+    single matrix products with no transposes (see :meth:`SwiGLU.forward_leading`).
+    """
 
     def __init__(self, arch: ArchSpec, num_positions: int) -> None:
         super().__init__()
@@ -128,18 +134,23 @@ class TRMBlock(nn.Module):
 
     def forward(self, x: Tensor, cos_sin: CosSin | None = None) -> Tensor:
         if self.mixes_with_mlp:
-            xt = x.transpose(1, 2)
-            x = rms_norm(xt + self.mlp_t(xt), self.eps).transpose(1, 2)
+            mixed = self.mlp_t.forward_leading(x.reshape(x.shape[0], -1)).view(x.shape)
+            x = rms_norm(x + mixed, self.eps, dim=0)  # normalised across positions
         else:
             x = rms_norm(x + self.self_attn(x, cos_sin), self.eps)
         return rms_norm(x + self.mlp(x), self.eps)
 
 
 class RecursiveNet(nn.Module):
-    """The one shared network: ``net(h, injection) = blocks(h + injection)``."""
+    """The one shared network: ``net(h, injection) = blocks(h + injection)``.
+
+    ``h`` and ``injection`` are [P, B, hidden] when ``position_major`` (the MLP variant),
+    else [B, P, hidden].
+    """
 
     def __init__(self, arch: ArchSpec, num_positions: int) -> None:
         super().__init__()
+        self.position_major = arch.mlp_t
         self.layers = nn.ModuleList(TRMBlock(arch, num_positions) for _ in range(arch.L_layers))
 
     def forward(self, h: Tensor, injection: Tensor, cos_sin: CosSin | None = None) -> Tensor:
@@ -235,6 +246,26 @@ class TinyRecursiveModel(nn.Module):
     def cos_sin(self) -> CosSin | None:
         return None if self.rotary_emb is None else self.rotary_emb()
 
+    def network_for_step(self) -> Callable[..., Tensor]:
+        """``net`` as this supervision step calls it: ``f(h, injection, cos_sin) -> h``.
+
+        Under autocast on the model's device every weight of ``net`` is cast to the autocast
+        dtype here, once, and the step's calls share the cast copies (without this, calls
+        compiled by torch.compile would cast all weights again on every call). The casts are
+        part of the autograd graph, so gradients still reach the float32 weights. Without
+        autocast it is ``net`` itself.
+        """
+        device_type = self.H_init.device.type
+        if not torch.is_autocast_enabled(device_type):
+            return self.net
+        dtype = torch.get_autocast_dtype(device_type)
+        weights = {name: p.to(dtype) for name, p in self.net.named_parameters()}
+
+        def call(h: Tensor, injection: Tensor, cos_sin: CosSin | None) -> Tensor:
+            return functional_call(self.net, weights, (h, injection, cos_sin))
+
+        return call
+
     def recurse(
         self, z_H: Tensor, z_L: Tensor, data: Mapping[str, Tensor]
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -246,16 +277,25 @@ class TinyRecursiveModel(nn.Module):
         cos_sin = self.cos_sin()
         x = self.input_embeddings(data["inputs"], data["puzzle_identifiers"])
         arch = self.arch
+        position_major = self.net.position_major
+        if position_major:  # [B, P, D] -> [P, B, D] for the whole recursion
+            z_H, z_L, x = (t.transpose(0, 1).contiguous() for t in (z_H, z_L, x))
+        net = self.network_for_step()
         with torch.no_grad():
             for _ in range(arch.H_cycles - 1):
                 for _ in range(arch.L_cycles):
-                    z_L = self.net(z_L, z_H + x, cos_sin)
-                z_H = self.net(z_H, z_L, cos_sin)
+                    z_L = net(z_L, z_H + x, cos_sin)
+                z_H = net(z_H, z_L, cos_sin)
         for _ in range(arch.L_cycles):
-            z_L = self.net(z_L, z_H + x, cos_sin)
-        z_H = self.net(z_H, z_L, cos_sin)
-        logits = self.lm_head(z_H)[:, self.puzzle_emb_len :]
-        q = self.q_head(z_H[:, 0]).float()
+            z_L = net(z_L, z_H + x, cos_sin)
+        z_H = net(z_H, z_L, cos_sin)
+        if position_major:
+            logits = self.lm_head(z_H[self.puzzle_emb_len :]).transpose(0, 1)
+            q = self.q_head(z_H[0]).float()
+            z_H, z_L = z_H.transpose(0, 1).contiguous(), z_L.transpose(0, 1).contiguous()
+        else:
+            logits = self.lm_head(z_H[:, self.puzzle_emb_len :])
+            q = self.q_head(z_H[:, 0]).float()
         return z_H, z_L, logits, q[..., 0], q[..., 1]
 
     # ----------------------------------------------------------------- carry
