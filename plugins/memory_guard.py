@@ -79,6 +79,7 @@ class _Guard:
     failures: dict[int, int] = field(factory=dict)
     warned_high: bool = False
     last_critical_step: int = -(10**9)
+    oom_step: int = -1
 
     def reset(self, state: TrainState) -> None:
         self.shrunk_from.clear()
@@ -86,6 +87,7 @@ class _Guard:
         self.low_streak = 0
         self.warned_high = False
         self.last_critical_step = -(10**9)
+        self.oom_step = -1
         self.set_size = state.micro_batch_size
         configured = state.spec.runtime.micro_batch_size or state.spec.train.global_batch_size
         if state.micro_batch_size < configured:  # resumed after an earlier reduction
@@ -108,7 +110,8 @@ class _Guard:
         return True
 
     def steps_before_growing(self, size: int) -> int:
-        return GROW_AFTER_STEPS * 2 ** self.failures.get(size, 0)
+        """Low-pressure steps before growing back to ``size``: doubled per failure after one."""
+        return GROW_AFTER_STEPS * 2 ** max(0, self.failures.get(size, 1) - 1)
 
 
 _guard = _Guard()
@@ -129,6 +132,7 @@ def on_out_of_memory(state: TrainState, error: BaseException, control: TrainCont
     device = state.device
     free_cached_memory(device)
     size = state.micro_batch_size
+    _guard.oom_step = state.step + 1  # the step being retried does not count as low pressure
     _guard.failures[size] = _guard.failures.get(size, 0) + 1
     kind = memory_kind(error)
     if not _guard.halve(state, control, f"out of {kind} memory at micro-batch {size}"):
@@ -150,6 +154,8 @@ def on_step(state: TrainState, metrics: dict, control: TrainControl) -> None:
             _guard.last_critical_step = state.step
             if _guard.halve(state, control, f"host memory {pressure.host:.0%} used"):
                 control.request_checkpoint("memory pressure")
+        return
+    if state.step == _guard.oom_step:
         return
     _guard.low_streak = _guard.low_streak + 1 if pressure.worst < LOW_PRESSURE else 0
     if not _guard.shrunk_from or state.micro_batch_size != _guard.set_size:
