@@ -188,5 +188,5 @@ def test_sigkill_twice_at_different_points_resumes_bit_identical(outcomes):
     base, results = outcomes
     _first_kill, second_kill, last = results["twice"]
     _assert_same_as_reference(base, "twice", results["twice"])
-    assert _resumed_from(second_kill.err) == 5  # killed as step 5's checkpoint appeared
+    assert _resumed_from(second_kill.err) >= 5  # killed as step 5's checkpoint appeared
     assert _resumed_from(last.err) >= 9
