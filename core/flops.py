@@ -9,11 +9,11 @@ sequence) and hidden size D:
   where rows is P for maps along the hidden axis (attention's qkv and o, the SwiGLU) and D
   for the MLP across positions (``mlp_t``, a map along the position axis); with attention
   also the scores and the weighted sum, 2 × P² × D each;
-- forward: H_cycles × (L_cycles + 1) network calls (another H_cycles × (L_cycles + 1) when
-  the Q-continue target is bootstrapped, ``no_ACT_continue = false``), plus the heads (the
-  LM head on the seq_len answer positions, the Q head on one position) and the token
-  embedding counted as a one-hot product, 2 × vocab × D per token; the puzzle-embedding
-  lookup copies a row and counts 0;
+- forward: H_cycles × (L_cycles + 1) network calls, plus the heads (the LM head on the
+  seq_len answer positions, the Q head on one position) and the token embedding counted as
+  a one-hot product, 2 × vocab × D per token; the puzzle-embedding lookup copies a row and
+  counts 0. Training with ``no_ACT_continue = false`` makes this pass twice (the second,
+  without gradient, bootstraps the Q-continue target);
 - backward: 2 × forward for the parts that carry gradient: the L_cycles + 1 calls of the
   last H cycle, the heads and the token embedding.
 """
@@ -26,6 +26,15 @@ from trm.model.layers import swiglu_inner_width
 from trm.model.trm import puzzle_prefix_len
 from trm.spec import ArchSpec
 
+# Networks at least this wide spend most of a step in matrix products: there bf16 autocast
+# and torch.compile pay for themselves; narrower ones are bound by per-op overhead instead.
+MATMUL_BOUND_MIN_HIDDEN = 256
+
+
+def matmul_bound(arch: ArchSpec) -> bool:
+    """Whether ``arch`` is large enough for matrix-product speed to set the step time."""
+    return arch.hidden_size >= MATMUL_BOUND_MIN_HIDDEN
+
 
 @frozen
 class ModelFlops:
@@ -34,12 +43,17 @@ class ModelFlops:
     net_call: int  # one forward call of the network on one sample
     heads: int  # LM head + Q head, forward
     embeddings: int  # token embedding as a one-hot product, forward
-    forward_net_calls: int  # network calls in the forward pass
+    recursions: int  # passes through the recursion: 1, or 2 with the bootstrapped Q target
+    net_calls: int  # network calls in one pass: H_cycles × (L_cycles + 1)
     grad_net_calls: int  # of which carry gradient (backward = 2 × their forward)
 
     @property
+    def forward_net_calls(self) -> int:
+        return self.recursions * self.net_calls
+
+    @property
     def forward(self) -> int:
-        return self.forward_net_calls * self.net_call + self.heads + self.embeddings
+        return self.recursions * (self.net_calls * self.net_call + self.heads + self.embeddings)
 
     @property
     def backward(self) -> int:
@@ -71,14 +85,15 @@ def net_call_flops(arch: ArchSpec, seq_len: int) -> int:
 
 def model_flops(arch: ArchSpec, seq_len: int, vocab_size: int) -> ModelFlops:
     """The analytic FLOPs of one training sample for ``arch`` on a task of this shape."""
-    calls = arch.H_cycles * (arch.L_cycles + 1)
-    if not arch.no_ACT_continue and arch.halt_max_steps > 1:
-        calls *= 2  # the bootstrapped Q target runs the recursion once more, without grad
+    # Without no_ACT_continue, training bootstraps the Q-continue target from one more pass
+    # through the recursion (embeddings, network calls, heads), without gradient.
+    bootstrapped = not arch.no_ACT_continue and arch.halt_max_steps > 1
     hidden = arch.hidden_size
     return ModelFlops(
         net_call=net_call_flops(arch, seq_len),
         heads=2 * seq_len * hidden * vocab_size + 2 * hidden * 2,
         embeddings=2 * seq_len * vocab_size * hidden,
-        forward_net_calls=calls,
+        recursions=2 if bootstrapped else 1,
+        net_calls=arch.H_cycles * (arch.L_cycles + 1),
         grad_net_calls=arch.L_cycles + 1,
     )

@@ -28,6 +28,7 @@ import psutil
 import torch
 
 from trm.checkpoint_schedule import CheckpointSchedule
+from trm.compile import compile_for_runtime
 from trm.control import TrainControl
 from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex, TrainSampler
@@ -229,6 +230,7 @@ class Trainer:
         torch.manual_seed(train_cfg.seed)
         train_index, eval_index = self._open_data()
         model = build_model(spec, dataset_shape(train_index.split.metadata)).to(self.device)
+        compile_for_runtime(model, self.runtime)
         optimizers = build_optimizers(model, train_cfg)
         ema = EMA(model, train_cfg.ema_rate) if train_cfg.ema else None
         global_batch = train_cfg.global_batch_size

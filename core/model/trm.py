@@ -117,15 +117,18 @@ class TRMCarry:
 class TRMBlock(nn.Module):
     """Post-norm block: token mixing (attention or an MLP across positions), then a SwiGLU.
 
-    With attention the block reads and returns [B, P, hidden]; with the MLP across positions
-    (``mlp_t``) it works position-major, [P, B, hidden], so that both mixing directions are
-    single matrix products with no transposes (see :meth:`SwiGLU.forward_leading`).
+    Token-major blocks read and return [B, P, hidden], as the reference implementation does
+    (its MLP across positions transposes to [B, hidden, P] and back). Position-major blocks
+    (MLP variant only) read and return [P, B, hidden]: both mixing directions are then single
+    matrix products with no transposes (see :meth:`SwiGLU.forward_leading`). Both compute
+    the same function.
     """
 
-    def __init__(self, arch: ArchSpec, num_positions: int) -> None:
+    def __init__(self, arch: ArchSpec, num_positions: int, position_major: bool) -> None:
         super().__init__()
         self.eps = arch.rms_norm_eps
         self.mixes_with_mlp = arch.mlp_t
+        self.position_major = position_major
         if arch.mlp_t:
             self.mlp_t = SwiGLU(num_positions, arch.expansion)
         else:
@@ -133,9 +136,12 @@ class TRMBlock(nn.Module):
         self.mlp = SwiGLU(arch.hidden_size, arch.expansion)
 
     def forward(self, x: Tensor, cos_sin: CosSin | None = None) -> Tensor:
-        if self.mixes_with_mlp:
+        if self.mixes_with_mlp and self.position_major:
             mixed = self.mlp_t.forward_leading(x.reshape(x.shape[0], -1)).view(x.shape)
             x = rms_norm(x + mixed, self.eps, dim=0)  # normalised across positions
+        elif self.mixes_with_mlp:
+            xt = x.transpose(1, 2)
+            x = rms_norm(xt + self.mlp_t(xt), self.eps).transpose(1, 2)
         else:
             x = rms_norm(x + self.self_attn(x, cos_sin), self.eps)
         return rms_norm(x + self.mlp(x), self.eps)
@@ -144,14 +150,15 @@ class TRMBlock(nn.Module):
 class RecursiveNet(nn.Module):
     """The one shared network: ``net(h, injection) = blocks(h + injection)``.
 
-    ``h`` and ``injection`` are [P, B, hidden] when ``position_major`` (the MLP variant),
-    else [B, P, hidden].
+    ``h`` and ``injection`` are [P, B, hidden] when ``position_major``, else [B, P, hidden].
     """
 
-    def __init__(self, arch: ArchSpec, num_positions: int) -> None:
+    def __init__(self, arch: ArchSpec, num_positions: int, position_major: bool) -> None:
         super().__init__()
-        self.position_major = arch.mlp_t
-        self.layers = nn.ModuleList(TRMBlock(arch, num_positions) for _ in range(arch.L_layers))
+        self.position_major = position_major
+        self.layers = nn.ModuleList(
+            TRMBlock(arch, num_positions, position_major) for _ in range(arch.L_layers)
+        )
 
     def forward(self, h: Tensor, injection: Tensor, cos_sin: CosSin | None = None) -> Tensor:
         h = h + injection
@@ -174,10 +181,19 @@ class TinyRecursiveModel(nn.Module):
     vocab] (autocast dtype), ``q_halt_logits`` and ``q_continue_logits`` float32 [B], and,
     in training with ``no_ACT_continue`` false, ``target_q_continue`` float32 [B].
     Randomness (exploration) uses the global torch RNG.
+
+    ``position_major`` chooses how the MLP variant lays out its activations inside the
+    recursion (see :class:`TRMBlock`): None (default) is position-major for ``mlp_t``,
+    False the reference's token-major formulation. Same function, same parameters.
     """
 
     def __init__(
-        self, arch: ArchSpec, seq_len: int, vocab_size: int, num_puzzle_identifiers: int
+        self,
+        arch: ArchSpec,
+        seq_len: int,
+        vocab_size: int,
+        num_puzzle_identifiers: int,
+        position_major: bool | None = None,
     ) -> None:
         super().__init__()
         self.arch = arch
@@ -204,7 +220,11 @@ class TinyRecursiveModel(nn.Module):
         elif arch.pos_encodings == "learned":
             self.embed_pos = Embedding(self.num_positions, hidden, init_std=1.0 / self.embed_scale)
 
-        self.net = RecursiveNet(arch, self.num_positions)
+        if position_major is None:
+            position_major = arch.mlp_t
+        if position_major and not arch.mlp_t:
+            raise ValueError("position_major needs the MLP variant (arch.mlp_t = true)")
+        self.net = RecursiveNet(arch, self.num_positions, position_major)
         self.register_buffer("H_init", trunc_normal_(torch.empty(hidden), std=1.0))
         self.register_buffer("L_init", trunc_normal_(torch.empty(hidden), std=1.0))
 

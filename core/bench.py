@@ -1,0 +1,361 @@
+"""``trm bench``: how fast the real training loop runs, against the machine's own limit.
+
+The bench trains the spec's model with the real loop (:class:`trm.train.Trainer`, the same
+optimizer step, data gathering, metrics and plugins as ``trm run``) on a small data set
+built by the spec's data source, and times each optimizer step from the ``on_step`` hook.
+A *sample* is one puzzle through one supervision step, so a step of batch B is B samples.
+
+It reports, measured in the same process:
+
+- trm: samples/s over ``steps`` steps after ``warmup`` steps (compilation happens there);
+- the analytic model FLOPs per sample (:mod:`trm.flops`) and the achieved GFLOP/s;
+- the GEMM peak at the run's precision (:mod:`trm.peak`, best window, measured before and
+  after the loops, the higher kept) and MFU = achieved / peak;
+- plain: a plain PyTorch loop of the same model in eager fp32 (no compile, no autocast, the
+  reference implementation's formulation; :func:`time_plain_loop`), its samples/s and the
+  speed-up of trm over it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import psutil
+from attrs import frozen
+
+from trm import hookimpl
+from trm.data.puzzle_dataset import open_split
+from trm.flops import model_flops
+from trm.peak import GemmPeak, measure_gemm_peak
+from trm.plugin_manager import load_plugins
+from trm.prepare import ensure_dataset, find_data_source
+from trm.runtime import RuntimeChoice
+from trm.spec import RunSpec
+
+# Plugins a bench switches off: the live display and checkpoint writes are not the loop's
+# speed (an interval checkpoint could land inside a timed step).
+_BENCH_OFF = ("no:progress", "no:checkpoint")
+NO_EVAL_SPLIT = "(no evaluation in a bench)"
+
+
+@frozen
+class LoopTiming:
+    """Wall seconds of each optimizer step of one timed loop; ``warmup_s`` are excluded."""
+
+    batch_size: int
+    warmup_s: tuple[float, ...]
+    step_s: tuple[float, ...]
+
+    @property
+    def samples_per_s(self) -> float:
+        """Samples per second over the measured steps (total samples / total time)."""
+        return self.batch_size * len(self.step_s) / sum(self.step_s)
+
+    @property
+    def best_samples_per_s(self) -> float:
+        """Samples per second of the fastest measured step."""
+        return self.batch_size / min(self.step_s)
+
+
+@frozen
+class BenchResult:
+    """Everything ``trm bench --json`` prints (plain fields are None with ``--no-plain``)."""
+
+    spec: str
+    device: str
+    precision: str
+    threads: int
+    compiled: bool
+    plugins: tuple[str, ...]
+    batch_size: int
+    steps: int
+    warmup_steps: int
+    samples_per_s: float
+    best_samples_per_s: float
+    step_s: tuple[float, ...]
+    warmup_s: tuple[float, ...]
+    flops_per_sample: int
+    forward_flops_per_sample: int
+    backward_flops_per_sample: int
+    achieved_gflops: float
+    peak_gflops: float
+    peak_size: int
+    peak_windows_gflops: tuple[float, ...]
+    mfu: float
+    plain_samples_per_s: float | None
+    plain_step_s: tuple[float, ...] | None
+    plain_achieved_gflops: float | None
+    fp32_peak_gflops: float | None
+    plain_mfu_fp32: float | None
+    speedup_vs_plain: float | None
+    other_load_trm: float
+    other_load_plain: float | None
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+class OtherLoad:
+    """How busy the machine's CPUs were with *other* processes while the block ran (0..1).
+
+    System-wide busy CPU time minus this process's CPU time, over wall time × logical CPUs.
+    A bench measured with other work running is slower than the machine can be; the report
+    carries this figure so a reader can tell.
+    """
+
+    def __enter__(self) -> OtherLoad:
+        self._sys = psutil.cpu_times()
+        self._own = psutil.Process().cpu_times()
+        self._wall = time.perf_counter()
+        self.fraction = 0.0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys_now, own_now = psutil.cpu_times(), psutil.Process().cpu_times()
+        idle = ("idle", "iowait")
+        busy = sum(
+            getattr(sys_now, f) - getattr(self._sys, f)
+            for f in sys_now._fields
+            if f not in idle and f not in ("guest", "guest_nice")
+        )
+        own = sum(own_now[:4]) - sum(self._own[:4])
+        wall = time.perf_counter() - self._wall
+        cpus = psutil.cpu_count() or 1
+        self.fraction = min(1.0, max(0.0, (busy - own) / max(wall * cpus, 1e-9)))
+
+
+class StepTimer:
+    """An in-process plugin: the wall time of every optimizer step, from the loop's hooks."""
+
+    def __init__(self) -> None:
+        self.marks: list[float] = []
+
+    @hookimpl
+    def on_train_start(self) -> None:
+        self.marks = [time.perf_counter()]
+
+    @hookimpl
+    def on_step(self) -> None:
+        self.marks.append(time.perf_counter())
+
+    def step_seconds(self) -> list[float]:
+        return [b - a for a, b in zip(self.marks, self.marks[1:], strict=False)]
+
+
+def bench_spec(spec: RunSpec, batch_size: int, total_steps: int) -> RunSpec:
+    """The spec the bench trains: one micro-batch of ``batch_size`` per step, no evaluation
+    (the eval split names no directory), no interval checkpoints, ``total_steps`` steps; the
+    model and optimizer are unchanged."""
+    train = attrs.evolve(
+        spec.train,
+        global_batch_size=batch_size,
+        max_steps=total_steps,
+        eval_interval=0,
+        checkpoint_interval_steps=0,
+    )
+    runtime = attrs.evolve(spec.runtime, micro_batch_size=0)
+    data = attrs.evolve(spec.data, eval_split=NO_EVAL_SPLIT)
+    return attrs.evolve(spec, train=train, runtime=runtime, data=data)
+
+
+def small_data_spec(spec: RunSpec, pm: Any, rows: int) -> RunSpec:
+    """``spec`` with its ``[data.generate]`` recipe cut to ``rows`` training puzzles.
+
+    Only options the source has are changed: ``count`` (rows), ``test_count`` (1),
+    ``augment`` (0). A spec naming a built ``data.dir`` is returned unchanged.
+    """
+    if spec.data.dir:
+        return spec
+    source = find_data_source(pm, spec.data.source)
+    known = attrs.fields_dict(source.options_type)
+    generate = dict(spec.data.generate)
+    for name, value in (("count", rows), ("test_count", 1), ("augment", 0)):
+        if name in known:
+            generate[name] = value
+    return attrs.evolve(spec, data=attrs.evolve(spec.data, generate=generate))
+
+
+def time_loop(
+    spec: RunSpec,
+    runtime: RuntimeChoice,
+    requested_plugins: list[str],
+    data_dir: Path,
+    run_dir: Path,
+    warmup: int,
+) -> LoopTiming:
+    """Train ``spec`` with the real loop into ``run_dir`` and time its optimizer steps."""
+    from trm.train import Trainer
+
+    timer = StepTimer()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    pm = load_plugins([*requested_plugins, *_BENCH_OFF], extra_modules=[("bench-timer", timer)])
+    messages: list[str] = []
+    trainer = Trainer(spec, runtime, pm, run_dir, data_dir, messages.append, resume="never")
+    trainer.fit()
+    seconds = timer.step_seconds()
+    return LoopTiming(
+        batch_size=spec.train.global_batch_size,
+        warmup_s=tuple(seconds[:warmup]),
+        step_s=tuple(seconds[warmup:]),
+    )
+
+
+def time_plain_loop(
+    spec: RunSpec, device: str, data_dir: Path, warmup: int, steps: int
+) -> LoopTiming:
+    """The plain eager fp32 PyTorch loop of the same model, timed per step.
+
+    What a person would write from the paper and the reference code: the reference's
+    token-major formulation of the network (``position_major=False``), no autocast, no
+    compile; per step: gather the batch, zero the gradients, one supervision step, the ACT
+    loss, backward, the learning rate, the optimizer steps, EMA. Same data, seed, batch,
+    optimizers and threads as the trm loop; no plugins, metrics or checkpoints.
+    """
+    import torch
+
+    from trm.data.sampler import SplitIndex, TrainSampler
+    from trm.evaluate import to_device
+    from trm.model import EMA, ACTLoss, TinyRecursiveModel, build_optimizers, lr_at_step
+    from trm.train import dataset_shape
+
+    train = spec.train
+    torch.manual_seed(train.seed)
+    index = SplitIndex(open_split(data_dir / spec.data.train_split))
+    sampler = TrainSampler(index, train.global_batch_size, train.seed)
+    shape = dataset_shape(index.split.metadata)
+    target = torch.device(device)
+    model = TinyRecursiveModel(spec.arch, **shape, position_major=False).to(target).train()
+    optimizers = build_optimizers(model, train)
+    ema = EMA(model, train.ema_rate) if train.ema else None
+    carry = model.initial_carry(to_device(index.gather(sampler.examples_for_step(0)), target))
+    total = warmup + steps
+    seconds: list[float] = []
+    for step in range(total):
+        started = time.perf_counter()
+        batch = to_device(index.gather(sampler.examples_for_step(step)), target)
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        carry, outputs = model(carry, batch)
+        loss, _ = ACTLoss.compute(
+            outputs, carry.current_data["labels"], carry.halted, spec.arch.loss, carry.steps
+        )
+        (loss / train.global_batch_size).backward()
+        for opt in optimizers:
+            for group in opt.param_groups:
+                group["lr"] = lr_at_step(step, train, total, group["base_lr"])
+            opt.step()
+        if ema is not None:
+            ema.update(model)
+        float(loss.detach())  # waits for the device
+        seconds.append(time.perf_counter() - started)
+    return LoopTiming(
+        batch_size=train.global_batch_size,
+        warmup_s=tuple(seconds[:warmup]),
+        step_s=tuple(seconds[warmup:]),
+    )
+
+
+def run_bench(
+    spec: RunSpec,
+    runtime: RuntimeChoice,
+    requested_plugins: list[str],
+    steps: int,
+    warmup: int,
+    batch_size: int,
+    plain: bool,
+    log: Callable[[str], None],
+    work_dir: Path | None = None,
+    peak_s: float = 1.5,
+) -> BenchResult:
+    """Measure trm (and the plain eager fp32 loop) on ``spec``; see the module docstring.
+
+    ``work_dir`` holds the data and run directories (a temporary directory, removed after,
+    when None). ``log`` receives one line per phase. ``peak_s`` is the time given to each
+    GEMM peak measurement.
+    """
+    owned = work_dir is None
+    root = Path(tempfile.mkdtemp(prefix="trm-bench-")) if owned else Path(work_dir)
+    try:
+        pm = load_plugins([*requested_plugins, *_BENCH_OFF])
+        data_dir = ensure_dataset(pm, small_data_spec(spec, pm, batch_size), root, log)
+        metadata = open_split(data_dir / spec.data.train_split).metadata
+        flops = model_flops(spec.arch, int(metadata.seq_len), int(metadata.vocab_size))
+        spec_b = bench_spec(spec, batch_size, warmup + steps)
+        device = runtime.device
+        precision = runtime.precision if runtime.autocast_dtype is not None else "fp32"
+
+        log(f"measuring the {precision} matmul peak of {device}")
+        peaks = [measure_gemm_peak(device, precision, peak_s)]
+        fp32_peaks = (
+            [measure_gemm_peak(device, "fp32", peak_s)] if plain and precision != "fp32" else []
+        )
+        log(
+            f"timing trm: {warmup} warm-up + {steps} steps of {batch_size} samples "
+            f"({runtime.precision}, {'compiled' if runtime.compile else 'eager'})"
+        )
+        with OtherLoad() as trm_load:
+            trm_timing = time_loop(
+                spec_b, runtime, requested_plugins, data_dir, root / "trm", warmup
+            )
+        plain_timing, plain_load = None, None
+        if plain:
+            log(f"timing the plain eager fp32 loop: {warmup} warm-up + {steps} steps")
+            with OtherLoad() as plain_load:
+                plain_timing = time_plain_loop(spec_b, device, data_dir, warmup, steps)
+        log("measuring the matmul peak again (the higher of the two is kept)")
+        peaks.append(measure_gemm_peak(device, precision, peak_s))
+        if fp32_peaks:
+            fp32_peaks.append(measure_gemm_peak(device, "fp32", peak_s))
+    finally:
+        if owned:
+            shutil.rmtree(root, ignore_errors=True)
+
+    peak = max(peaks, key=lambda p: p.gflops)
+    fp32_peak = max(fp32_peaks or (peaks if precision == "fp32" else []), key=_gflops, default=None)
+    per_sample = flops.per_sample
+    achieved = trm_timing.samples_per_s * per_sample / 1e9
+    plain_rate = plain_timing.samples_per_s if plain_timing else None
+    plain_gflops = plain_rate * per_sample / 1e9 if plain_rate else None
+    return BenchResult(
+        spec=spec.name,
+        device=device,
+        precision=runtime.precision,
+        threads=runtime.threads,
+        compiled=runtime.compile,
+        plugins=tuple(requested_plugins),
+        batch_size=batch_size,
+        steps=steps,
+        warmup_steps=warmup,
+        samples_per_s=trm_timing.samples_per_s,
+        best_samples_per_s=trm_timing.best_samples_per_s,
+        step_s=trm_timing.step_s,
+        warmup_s=trm_timing.warmup_s,
+        flops_per_sample=per_sample,
+        forward_flops_per_sample=flops.forward,
+        backward_flops_per_sample=flops.backward,
+        achieved_gflops=achieved,
+        peak_gflops=peak.gflops,
+        peak_size=peak.size,
+        peak_windows_gflops=tuple(w for p in peaks for w in p.windows_gflops),
+        mfu=achieved / peak.gflops,
+        plain_samples_per_s=plain_rate,
+        plain_step_s=plain_timing.step_s if plain_timing else None,
+        plain_achieved_gflops=plain_gflops,
+        fp32_peak_gflops=fp32_peak.gflops if fp32_peak else None,
+        plain_mfu_fp32=plain_gflops / fp32_peak.gflops if plain_gflops and fp32_peak else None,
+        speedup_vs_plain=trm_timing.samples_per_s / plain_rate if plain_rate else None,
+        other_load_trm=trm_load.fraction,
+        other_load_plain=plain_load.fraction if plain_load else None,
+        notes=runtime.notes,
+    )
+
+
+def _gflops(peak: GemmPeak) -> float:
+    return peak.gflops

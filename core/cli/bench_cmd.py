@@ -1,0 +1,122 @@
+"""``trm bench SPEC``: samples/s, GFLOP/s and MFU of the real loop, and the plain-loop ratio."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from trm.bench import BenchResult, run_bench
+from trm.cli.output import info, print_json
+from trm.cli.run_cmd import positive_int
+from trm.errors import TrmError
+from trm.plugin_manager import load_plugins
+from trm.prepare import choose_runtime, detect_hardware
+from trm.spec import RunSpec, apply_overrides, load_spec, resolve_spec_path
+
+# On a CPU a step of the spec's whole global batch (768 in the paper's recipes) takes minutes;
+# throughput per sample is the same at a smaller batch once the products are large.
+CPU_DEFAULT_BATCH = 32
+
+
+def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser(
+        "bench", parents=[common], help="measure training speed, GFLOP/s and MFU of a spec"
+    )
+    parser.add_argument("spec", help="a TOML file or the name of a shipped spec")
+    parser.add_argument(
+        "--steps", type=positive_int, default=3, help="timed steps after warm-up (default 3)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        metavar="N",
+        help="untimed first steps, where compilation happens (default 2)",
+    )
+    parser.add_argument(
+        "--batch",
+        type=positive_int,
+        help="samples per step (default: the spec's micro-batch or global batch; "
+        f"at most {CPU_DEFAULT_BATCH} on a CPU)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a spec value, e.g. --set runtime.compile=off; repeatable",
+    )
+    parser.add_argument(
+        "--no-plain", action="store_true", help="skip timing the plain eager fp32 loop"
+    )
+    parser.add_argument(
+        "--peak-seconds",
+        type=float,
+        default=1.5,
+        metavar="S",
+        help="time for each matmul-peak measurement (default 1.5)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.set_defaults(func=run)
+
+
+def default_batch(spec: RunSpec, device: str) -> int:
+    """The spec's micro-batch (or global batch), capped at CPU_DEFAULT_BATCH on a CPU."""
+    batch = spec.runtime.micro_batch_size or spec.train.global_batch_size
+    return min(batch, CPU_DEFAULT_BATCH) if device == "cpu" else batch
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.peak_seconds <= 0:
+        raise TrmError(f"--peak-seconds must be positive, got {args.peak_seconds}")
+    if args.warmup < 1:
+        raise TrmError(
+            f"--warmup must be at least 1 (compilation happens there), got {args.warmup}"
+        )
+    spec = apply_overrides(load_spec(resolve_spec_path(args.spec)), args.set)
+    pm = load_plugins(args.plugins)
+    hardware = detect_hardware(pm)
+    runtime = choose_runtime(pm, spec, hardware)
+    for note in runtime.notes:
+        info(note)
+    batch = args.batch or default_batch(spec, runtime.device)
+    result = run_bench(
+        spec,
+        runtime,
+        list(args.plugins),
+        steps=args.steps,
+        warmup=args.warmup,
+        batch_size=batch,
+        plain=not args.no_plain,
+        log=info,
+        peak_s=args.peak_seconds,
+    )
+    if args.json:
+        print_json(result.to_dict())
+    else:
+        print_table(result)
+    return 0
+
+
+def print_table(r: BenchResult) -> None:
+    """The human-readable report."""
+    mode = f"{r.precision}, {'compiled' if r.compiled else 'eager'}, {r.threads} threads"
+    table = Table(title=f"trm bench {r.spec} on {r.device} ({mode}), batch {r.batch_size}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    table.add_row("samples/s (trm)", f"{r.samples_per_s:.3f}")
+    table.add_row("model FLOPs per sample", f"{r.flops_per_sample / 1e9:.2f} G")
+    table.add_row("achieved", f"{r.achieved_gflops:.1f} GFLOP/s")
+    table.add_row(f"matmul peak ({r.precision})", f"{r.peak_gflops:.1f} GFLOP/s")
+    table.add_row("MFU", f"{r.mfu:.3f}")
+    if r.plain_samples_per_s is not None:
+        table.add_row("samples/s (plain eager fp32)", f"{r.plain_samples_per_s:.3f}")
+        if r.plain_mfu_fp32 is not None:
+            table.add_row("plain MFU (of the fp32 peak)", f"{r.plain_mfu_fp32:.3f}")
+        table.add_row("trm / plain", f"{r.speedup_vs_plain:.2f}x")
+    table.add_row("other processes' CPU share (trm)", f"{r.other_load_trm:.0%}")
+    if r.other_load_plain is not None:
+        table.add_row("other processes' CPU share (plain)", f"{r.other_load_plain:.0%}")
+    Console().print(table)
