@@ -280,7 +280,9 @@ class Trainer:
                     reasons = list(control.checkpoint_reasons)
                     control.checkpoint_reasons.clear()
                     interval = train_cfg.eval_interval
-                    eval_due = at_end or (interval > 0 and state.step % interval == 0)
+                    # the schedule's end always evaluates; a --max-steps cut only on the interval
+                    finished = state.step >= state.total_steps
+                    eval_due = finished or (interval > 0 and state.step % interval == 0)
                     if eval_index is not None and eval_due:
                         reasons += self._evaluate(state, eval_index, control)
                     self._apply_micro_batch_request(state, control)
