@@ -4,34 +4,127 @@ Each ``detect_hardware`` implementation returns a HardwareProfile with only the 
 knows set; the rest stay None. The core merges the parts field by field, the first known
 value winning (plugins run in registration order). None means "unknown" and is shown so —
 never a guess.
+
+Who fills what (built-in plugins): ``system`` — OS, Python, torch, CPU, memory, storage,
+power, math libraries and cached benchmark figures; ``cuda`` — ``gpus``/``cuda_devices``;
+``mps`` — ``mps_available`` and the Apple GPU. See docs/hardware.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import attrs
 from attrs import frozen
+
+UNKNOWN = "unknown"
+
+# Vector features worth naming, as trm spells them (Linux /proc/cpuinfo flag names; the
+# macOS detector maps sysctl names onto these).
+VECTOR_FEATURES = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "amx_bf16",
+    "amx_int8",
+    "neon",
+    "sve",
+    "bf16",
+    "i8mm",
+)
+
+
+@frozen
+class GpuInfo:
+    """One accelerator as a backend plugin sees it; any field may be None (unknown)."""
+
+    index: int
+    name: str | None = None
+    memory_total_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    compute_capability: str | None = None
+    bf16: bool | None = None
+    fp16: bool | None = None
+    tf32: bool | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+
+
+@frozen
+class DeviceSpeed:
+    """Measured speed of one device (``trm analyze --benchmark``), cached per machine."""
+
+    device: str
+    matmul_fp32_gflops: float | None = None
+    matmul_bf16_gflops: float | None = None
+    memory_bandwidth_gb_per_s: float | None = None
 
 
 @frozen
 class HardwareProfile:
     """Facts about this machine; any field may be None (unknown)."""
 
+    # platform
     os: str | None = None
     python: str | None = None
     torch_version: str | None = None
+    mkl_available: bool | None = None
+    onednn_available: bool | None = None
+    accelerate_available: bool | None = None
+    # CPU
+    cpu_vendor: str | None = None
     cpu_model: str | None = None
     cpu_arch: str | None = None
     physical_cores: int | None = None
     logical_cores: int | None = None
+    cpu_base_mhz: float | None = None
+    cpu_max_mhz: float | None = None
+    cache_l1d_bytes: int | None = None
+    cache_l2_bytes: int | None = None
+    cache_l3_bytes: int | None = None
     cpu_flags: tuple[str, ...] | None = None
+    cpu_features: tuple[str, ...] | None = None
     cpu_native_bf16: bool | None = None
+    # memory
     memory_total_bytes: int | None = None
     memory_available_bytes: int | None = None
+    swap_total_bytes: int | None = None
+    swap_free_bytes: int | None = None
+    memory_reserve_bytes: int | None = None
+    memory_budget_bytes: int | None = None
+    # accelerators
     cuda_devices: tuple[str, ...] | None = None
     cuda_memory_bytes: int | None = None
+    gpus: tuple[GpuInfo, ...] | None = None
     mps_available: bool | None = None
+    mps_device_name: str | None = None
+    unified_memory: bool | None = None
+    # storage and power
+    storage_path: str | None = None
+    storage_free_bytes: int | None = None
+    storage_total_bytes: int | None = None
+    on_battery: bool | None = None
+    battery_percent: float | None = None
+    # measured (trm analyze --benchmark), reused from the per-machine cache
+    device_speeds: tuple[DeviceSpeed, ...] | None = None
+    disk_write_mb_per_s: float | None = None
+
+    def speed_of(self, device: str) -> DeviceSpeed | None:
+        """The cached measured speed of ``device`` ("cpu", "cuda:0", "mps"), or None."""
+        for speed in self.device_speeds or ():
+            if speed.device == device or speed.device.split(":")[0] == device:
+                return speed
+        return None
 
 
 def merge_profiles(parts: Iterable[HardwareProfile | None]) -> HardwareProfile:
@@ -45,3 +138,33 @@ def merge_profiles(parts: Iterable[HardwareProfile | None]) -> HardwareProfile:
             if value is not None and merged.get(f.name) is None:
                 merged[f.name] = value
     return HardwareProfile(**merged)
+
+
+def profile_to_dict(hardware: HardwareProfile) -> dict[str, Any]:
+    """Plain data (for JSON): nested GPU and speed records become dicts, None stays None."""
+    return attrs.asdict(hardware)
+
+
+def describe(value: Any, unit: str = "") -> str:
+    """A field for display: None is "unknown"; bytes fields pass ``unit="bytes"``."""
+    if value is None:
+        return UNKNOWN
+    if unit == "bytes":
+        return format_bytes(int(value))
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, tuple):
+        return ", ".join(str(v) for v in value) if value else "none"
+    if isinstance(value, float):
+        return f"{value:.0f}{unit}" if value >= 100 else f"{value:.1f}{unit}"
+    return f"{value}{unit}"
+
+
+def format_bytes(count: int) -> str:
+    """Binary units with one decimal: ``1.5 GiB``."""
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"  # pragma: no cover

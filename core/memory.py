@@ -1,12 +1,38 @@
-"""Memory estimates: itemised MemoryItems summed per location (host, device)."""
+"""Memory estimates: itemised MemoryItems summed per location (host, device), and a budget.
+
+``estimate_memory`` implementations return MemoryItems; the core collects them into one
+MemoryEstimate with the budget of each location, so a command can say whether a run fits.
+An estimate can be re-made for a changed spec (``for_spec``), which is how the ``adapt_config``
+implementations try micro-batches and precisions with every estimator plugin.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from attrs import frozen
+from attrs import field, frozen
+
+if TYPE_CHECKING:
+    from trm.spec import RunSpec
 
 LOCATIONS = ("host", "device")
+
+
+@frozen
+class DatasetShape:
+    """The dataset facts memory and time depend on (from dataset.json, or a source's promise).
+
+    ``total_puzzles``, ``total_groups`` and ``train_file_bytes`` (its inputs and labels files)
+    are of the train split; 0 when not known.
+    """
+
+    seq_len: int
+    vocab_size: int
+    num_puzzle_identifiers: int
+    total_puzzles: int = 0
+    total_groups: int = 0
+    train_file_bytes: int = 0
 
 
 @frozen
@@ -21,15 +47,81 @@ class MemoryItem:
 
 @frozen
 class MemoryEstimate:
-    """All items of every plugin, with per-location totals."""
+    """All items of every plugin, per-location totals, and the budgets they are held against.
+
+    ``host_budget_bytes`` is the usable host memory (after the OS reserve);
+    ``device_budget_bytes`` the accelerator's memory, None without one. On a machine with
+    unified memory (Apple silicon) device items also count against the host budget.
+    """
 
     items: tuple[MemoryItem, ...]
+    host_budget_bytes: int | None = None
+    device_budget_bytes: int | None = None
+    unified_memory: bool = False
+    remake: Callable[[RunSpec], MemoryEstimate] | None = field(default=None, eq=False, repr=False)
 
     def total_bytes(self, location: str) -> int:
         return sum(item.bytes for item in self.items if item.location == location)
 
+    def charged_bytes(self, location: str) -> int:
+        """Bytes held against ``location``'s budget (host includes device on unified memory)."""
+        if location == "host" and self.unified_memory:
+            return self.total_bytes("host") + self.total_bytes("device")
+        return self.total_bytes(location)
 
-def collect_estimate(parts: Iterable[list[MemoryItem] | None]) -> MemoryEstimate:
-    """Flatten the per-plugin item lists returned by ``estimate_memory``."""
+    def budget_fraction(self) -> float | None:
+        """The largest share of a budget this run needs (1.0 = exactly full); None: unknown."""
+        shares = []
+        for location, budget in (
+            ("host", self.host_budget_bytes),
+            ("device", self.device_budget_bytes),
+        ):
+            if budget is None:
+                continue
+            if location == "device" and self.unified_memory:
+                continue
+            shares.append(self.charged_bytes(location) / max(budget, 1))
+        return max(shares) if shares else None
+
+    def fits(self, fraction: float = 1.0) -> bool:
+        """Whether every location stays within ``fraction`` of its budget (unknown: True)."""
+        share = self.budget_fraction()
+        return share is None or share <= fraction
+
+    def limiting_location(self) -> str:
+        """The location whose budget binds: the device where it has its own memory."""
+        if self.device_budget_bytes is not None and not self.unified_memory:
+            return "device"
+        return "host"
+
+    def for_spec(self, spec: RunSpec) -> MemoryEstimate:
+        """The estimate remade for ``spec`` by every estimator plugin (ValueError if it cannot)."""
+        if self.remake is None:
+            raise ValueError("this estimate cannot be remade (it was built without a remake)")
+        return self.remake(spec)
+
+
+def collect_estimate(
+    parts: Iterable[list[MemoryItem] | None],
+    host_budget_bytes: int | None = None,
+    device_budget_bytes: int | None = None,
+    unified_memory: bool = False,
+    remake: Callable[[RunSpec], MemoryEstimate] | None = None,
+) -> MemoryEstimate:
+    """Flatten the per-plugin item lists returned by ``estimate_memory``.
+
+    Raises ValueError for a negative item or an unknown location: an estimator plugin bug.
+    """
     items = tuple(item for part in parts if part for item in part)
-    return MemoryEstimate(items=items)
+    for item in items:
+        if item.bytes < 0:
+            raise ValueError(f"memory item {item.name!r} has negative bytes ({item.bytes})")
+        if item.location not in LOCATIONS:
+            raise ValueError(f"memory item {item.name!r}: location must be one of {LOCATIONS}")
+    return MemoryEstimate(
+        items=items,
+        host_budget_bytes=host_budget_bytes,
+        device_budget_bytes=device_budget_bytes,
+        unified_memory=unified_memory,
+        remake=remake,
+    )

@@ -16,14 +16,22 @@ from typing import Any
 import attrs
 
 from trm.data.source import DataSource
+from trm.dataset_shape import resolve_shape
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile, merge_profiles
-from trm.memory import MemoryEstimate, collect_estimate
+from trm.memory import DatasetShape, MemoryEstimate, collect_estimate
 from trm.plugin_manager import TrmPluginManager
 from trm.runtime import RuntimeChoice
 from trm.spec import CONVERTER, RunSpec, structure_strict
 
 MODES = ("conservative", "balanced", "extreme")
+# Share of the usable memory budget each tier plans a run's peak to take.
+MODE_TARGETS = {"conservative": 0.50, "balanced": 0.75, "extreme": 0.95}
+EXTREME_RISKS = (
+    "extreme mode plans 95% of the memory budget: little room is left for other programs, "
+    "so the system may swap (slow) or kill the run for lack of memory; a long run at full "
+    "load keeps the machine hot and may throttle its clocks (see the thermal plugin)"
+)
 
 
 def detect_hardware(pm: TrmPluginManager) -> HardwareProfile:
@@ -42,10 +50,71 @@ def choose_runtime(pm: TrmPluginManager, spec: RunSpec, hardware: HardwareProfil
     return choice
 
 
+def device_budget_bytes(hardware: HardwareProfile, runtime: RuntimeChoice) -> int | None:
+    """The accelerator memory a run on ``runtime.device`` may use; None on the CPU."""
+    device = runtime.device
+    if device.startswith("cuda"):
+        index = int(device.split(":")[1]) if ":" in device else 0
+        for gpu in hardware.gpus or ():
+            if gpu.index == index and gpu.memory_total_bytes:
+                return gpu.memory_total_bytes
+        return hardware.cuda_memory_bytes
+    if device == "mps":
+        return hardware.memory_budget_bytes
+    return None
+
+
+def dataset_shape(
+    pm: TrmPluginManager,
+    spec: RunSpec,
+    run_dir: Path | None = None,
+    log: Callable[[str], None] | None = None,
+) -> DatasetShape:
+    """The train split's shape for ``spec`` (see :mod:`trm.dataset_shape`).
+
+    With ``run_dir`` (``trm run``) data that must be built are built there, where the run
+    reads them, rather than in a temporary directory.
+    """
+
+    def build(directory: Path) -> Path:
+        return ensure_dataset(pm, spec, directory, log or (lambda _m: None))
+
+    source = find_data_source(pm, spec.data.source)
+    return resolve_shape(spec, source, run_dir, log, build if run_dir is not None else None)
+
+
 def estimate_memory(
-    pm: TrmPluginManager, spec: RunSpec, hardware: HardwareProfile, runtime: RuntimeChoice
+    pm: TrmPluginManager,
+    spec: RunSpec,
+    hardware: HardwareProfile,
+    runtime: RuntimeChoice,
+    dataset: DatasetShape | None = None,
+    log: Callable[[str], None] | None = None,
+    run_dir: Path | None = None,
 ) -> MemoryEstimate:
-    return collect_estimate(pm.hook.estimate_memory(spec=spec, hardware=hardware, runtime=runtime))
+    """Every plugin's items for ``spec``, with the host and device budgets.
+
+    The estimate can be remade for another spec (``MemoryEstimate.for_spec``): the runtime is
+    re-chosen when the spec's precision, device or threads differ, the dataset is kept.
+    """
+    shape = dataset if dataset is not None else dataset_shape(pm, spec, run_dir, log)
+
+    def make(candidate: RunSpec) -> MemoryEstimate:
+        chosen = runtime
+        if candidate.runtime != spec.runtime:
+            chosen = choose_runtime(pm, candidate, hardware)
+        parts = pm.hook.estimate_memory(
+            spec=candidate, hardware=hardware, runtime=chosen, dataset=shape
+        )
+        return collect_estimate(
+            parts,
+            host_budget_bytes=hardware.memory_budget_bytes,
+            device_budget_bytes=device_budget_bytes(hardware, chosen),
+            unified_memory=bool(hardware.unified_memory) and chosen.device == "mps",
+            remake=make,
+        )
+
+    return make(spec)
 
 
 def adapt_spec(

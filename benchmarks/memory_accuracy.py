@@ -1,0 +1,318 @@
+"""Predicted vs measured peak memory of a TRM training step, over a grid of configurations.
+
+    python benchmarks/memory_accuracy.py [--json] [--device cpu|cuda] [--only N,M] [--quick]
+
+Each row runs in a fresh subprocess (so no allocator state, cache or page carries over):
+
+1. import torch and trm, set the threads, make the synthetic global batch (numpy, as the
+   loader would hand it over);
+2. baseline: read ``VmRSS`` from /proc/self/status, then reset the kernel's high-water mark
+   by writing ``5`` to /proc/self/clear_refs (Linux >= 4.0), so ``VmHWM`` afterwards is the
+   peak *since the baseline*. Where clear_refs cannot be written, a thread samples the RSS
+   every millisecond instead (psutil) and its maximum is used (the method is reported);
+3. build the model, optimizers and EMA exactly as ``trm run`` does, and run two optimizer
+   steps with the loop's own :func:`trm.train.accumulate_gradients` followed by the carry
+   write-back, the optimizer steps and the EMA update. The second step is the peak: the
+   optimizer moments exist by then;
+4. measured = ``VmHWM`` - baseline RSS (CPU); on CUDA ``torch.cuda.max_memory_allocated``
+   after ``reset_peak_memory_stats`` (the caching allocator's live bytes; the CUDA context
+   is outside it).
+
+Predicted = the sum of the estimator's items for the same spec, less the items that the
+measurement leaves out by construction: "process baseline" (before the baseline) and
+"data-loader buffers" (the benchmark's batch is made before the baseline and no dataset file
+is mapped); on CUDA also "CUDA context" and "allocator fragmentation" (reserved, not
+allocated). Error = predicted / measured - 1. The goal is |error| <= 10% on every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+GOAL = 0.10
+SEQ_LEN, VOCAB = 81, 11  # 9x9 Sudoku
+
+# (label, arch overrides, micro/global batch, precision); at least 20 rows over batch 1-512,
+# hidden 64-512, cycles, attention and mlp_t, fp32 and bf16.
+_SMALL = {"puzzle_emb_ndim": 0, "puzzle_emb_len": 1}
+GRID: list[tuple[str, dict[str, Any], int, str]] = [
+    ("mlp h64 b1", {"hidden_size": 64, "num_heads": 4, "mlp_t": True, **_SMALL}, 1, "fp32"),
+    ("mlp h64 b64", {"hidden_size": 64, "num_heads": 4, "mlp_t": True, **_SMALL}, 64, "fp32"),
+    (
+        "mlp h64 b512 H2L3",
+        {"hidden_size": 64, "num_heads": 4, "mlp_t": True, "H_cycles": 2, "L_cycles": 3, **_SMALL},
+        512,
+        "fp32",
+    ),
+    (
+        "mlp h64 b512 bf16",
+        {"hidden_size": 64, "num_heads": 4, "mlp_t": True, **_SMALL},
+        512,
+        "bf16",
+    ),
+    ("mlp h128 b32", {"hidden_size": 128, "num_heads": 4, "mlp_t": True, **_SMALL}, 32, "fp32"),
+    (
+        "mlp h128 b128 bf16",
+        {"hidden_size": 128, "num_heads": 4, "mlp_t": True, **_SMALL},
+        128,
+        "bf16",
+    ),
+    ("mlp h256 b8", {"hidden_size": 256, "num_heads": 4, "mlp_t": True}, 8, "fp32"),
+    (
+        "mlp h256 b32 L3",
+        {"hidden_size": 256, "num_heads": 4, "mlp_t": True, "L_cycles": 3},
+        32,
+        "bf16",
+    ),
+    ("mlp h512 b1", {"hidden_size": 512, "mlp_t": True}, 1, "fp32"),
+    ("mlp h512 b4 bf16", {"hidden_size": 512, "mlp_t": True}, 4, "bf16"),
+    ("mlp h512 b16", {"hidden_size": 512, "mlp_t": True}, 16, "fp32"),
+    ("mlp h512 b32 bf16", {"hidden_size": 512, "mlp_t": True}, 32, "bf16"),
+    ("att h64 b1", {"hidden_size": 64, "num_heads": 4, **_SMALL}, 1, "fp32"),
+    ("att h64 b128", {"hidden_size": 64, "num_heads": 4, **_SMALL}, 128, "fp32"),
+    (
+        "att h64 b512 H2L2",
+        {"hidden_size": 64, "num_heads": 4, "H_cycles": 2, "L_cycles": 2, **_SMALL},
+        512,
+        "fp32",
+    ),
+    ("att h128 b64 bf16", {"hidden_size": 128, "num_heads": 4, **_SMALL}, 64, "bf16"),
+    (
+        "att h128 b256 learned",
+        {"hidden_size": 128, "num_heads": 4, "pos_encodings": "learned", **_SMALL},
+        256,
+        "bf16",
+    ),
+    ("att h256 b16", {"hidden_size": 256, "num_heads": 4}, 16, "fp32"),
+    ("att h256 b64 bf16", {"hidden_size": 256, "num_heads": 4}, 64, "bf16"),
+    ("att h512 b2", {"hidden_size": 512}, 2, "fp32"),
+    ("att h512 b16 bf16", {"hidden_size": 512}, 16, "bf16"),
+    ("att h512 b32 L3 bf16", {"hidden_size": 512, "L_cycles": 3}, 32, "bf16"),
+]
+
+
+def build_spec(arch: dict[str, Any], batch: int, precision: str) -> Any:
+    from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec
+
+    return RunSpec(
+        name="memory-accuracy",
+        arch=ArchSpec(**arch),
+        train=TrainSpec(global_batch_size=batch, max_steps=2, ema=True),
+        runtime=RuntimeSpec(device="cpu", precision=precision, compile="off"),
+    )
+
+
+def predicted_bytes(
+    arch: dict[str, Any], batch: int, precision: str, device: str
+) -> tuple[int, dict[str, int]]:
+    """Estimator total for the row, less the items the measurement leaves out."""
+    from trm.hardware import HardwareProfile
+    from trm.memory import DatasetShape
+    from trm.plugins.memory_estimator import estimate_items
+    from trm.runtime import RuntimeChoice
+
+    spec = build_spec(arch, batch, precision)
+    runtime = RuntimeChoice(device=device, precision=precision, threads=2, compile=False)
+    items = estimate_items(
+        spec, HardwareProfile(), runtime, DatasetShape(SEQ_LEN, VOCAB, 1), process_baseline_bytes=0
+    )
+    left_out = {"process baseline", "data-loader buffers"}
+    if device == "cuda":
+        left_out |= {"CUDA context", "allocator fragmentation"}
+    location = "device" if device == "cuda" else "host"
+    kept = {i.name: i.bytes for i in items if i.name not in left_out and i.location == location}
+    return sum(kept.values()), kept
+
+
+# ----------------------------------------------------------------------------- child
+
+
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+class _Sampler:
+    """Fallback peak finder: samples this process's RSS every millisecond."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self.process = psutil.Process()
+        self.peak = self.process.memory_info().rss
+        self.running = True
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while self.running:
+            self.peak = max(self.peak, self.process.memory_info().rss)
+            time.sleep(0.001)
+
+    def stop(self) -> int:
+        self.running = False
+        self.thread.join()
+        return max(self.peak, self.process.memory_info().rss)
+
+
+def child(config: dict[str, Any]) -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    from trm.evaluate import to_device
+    from trm.model import EMA, TinyRecursiveModel, build_optimizers
+    from trm.runtime import RuntimeChoice
+    from trm.train import accumulate_gradients
+
+    torch.set_num_threads(2)
+    device = torch.device(config["device"])
+    spec = build_spec(config["arch"], config["batch"], config["precision"])
+    batch_size = config["batch"]
+    rng = np.random.default_rng(0)
+    batch_np = {
+        "inputs": rng.integers(1, VOCAB, (batch_size, SEQ_LEN)),
+        "labels": rng.integers(2, VOCAB, (batch_size, SEQ_LEN)),
+        "puzzle_identifiers": np.zeros(batch_size, dtype=np.int64),
+    }
+    runtime = RuntimeChoice(str(device), config["precision"], 2, False)
+    dtype = runtime.autocast_dtype
+    method = "VmHWM after clear_refs"
+    sampler = None
+    if device.type == "cuda":
+        torch.cuda.init()
+        torch.cuda.reset_peak_memory_stats(device)
+        start = torch.cuda.memory_allocated(device)
+        method = "cuda max_memory_allocated"
+    else:
+        start = _status_kib("VmRSS") * 1024
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+        except OSError:
+            sampler = _Sampler()
+            method = "RSS sampled every 1 ms (psutil)"
+
+    model = TinyRecursiveModel(spec.arch, SEQ_LEN, VOCAB, 1).to(device)
+    model.train()
+    optimizers = build_optimizers(model, spec.train)
+    ema = EMA(model, spec.train.ema_rate)
+    device_batch = to_device(batch_np, device)
+    carry = model.initial_carry(device_batch)
+    for _ in range(2):
+        min_halt = model.draw_min_halt_steps(batch_size, device)
+        for opt in optimizers:
+            opt.zero_grad(set_to_none=True)
+        pieces, _sums = accumulate_gradients(
+            model,
+            carry,
+            device_batch,
+            min_halt,
+            batch_size,
+            spec.arch.loss,
+            batch_size,
+            device,
+            dtype,
+        )
+        for rows, new_carry in pieces:
+            carry.assign_rows(rows, new_carry)
+        del pieces
+        for opt in optimizers:
+            opt.step()
+        ema.update(model)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        measured = torch.cuda.max_memory_allocated(device) - start
+    elif sampler is not None:
+        measured = sampler.stop() - start
+    else:
+        measured = _status_kib("VmHWM") * 1024 - start
+    return {"measured_bytes": int(measured), "method": method}
+
+
+# ----------------------------------------------------------------------------- parent
+
+
+def run_row(index: int, device: str) -> dict[str, Any]:
+    label, arch, batch, precision = GRID[index]
+    config = {"arch": arch, "batch": batch, "precision": precision, "device": device}
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(config)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        check=False,
+    )
+    if proc.returncode != 0:
+        return {"label": label, "error": proc.stderr.strip().splitlines()[-1:]}
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    predicted, items = predicted_bytes(arch, batch, precision, device)
+    measured = result["measured_bytes"]
+    return {
+        "label": label,
+        "batch": batch,
+        "hidden": arch.get("hidden_size", 512),
+        "variant": "mlp_t" if arch.get("mlp_t") else "attention",
+        "precision": precision,
+        "predicted_bytes": predicted,
+        "measured_bytes": measured,
+        "error": predicted / measured - 1.0 if measured > 0 else None,
+        "method": result["method"],
+        "seconds": round(time.perf_counter() - started, 1),
+        "items": items,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--only", help="comma-separated row numbers (0-based)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return 0
+    indices = [int(i) for i in args.only.split(",")] if args.only else range(len(GRID))
+    rows = []
+    for index in indices:
+        row = run_row(index, args.device)
+        rows.append(row)
+        if not args.json:
+            if "error" in row and row.get("measured_bytes") is None:
+                print(f"{row['label']:<24} failed: {row['error']}", flush=True)
+                continue
+            predicted_mib = row["predicted_bytes"] / 2**20
+            print(
+                f"{row['label']:<24} {row['precision']:<5} pred {predicted_mib:9.1f}"
+                f" MiB  meas {row['measured_bytes'] / 2**20:9.1f} MiB  err {row['error']:+7.1%}"
+                f"  {'ok' if abs(row['error']) <= GOAL else 'MISS'}",
+                flush=True,
+            )
+    ok = [r for r in rows if r.get("measured_bytes") and abs(r["error"]) <= GOAL]
+    summary = {
+        "device": args.device,
+        "goal": GOAL,
+        "rows": rows,
+        "within_goal": len(ok),
+        "total": len(rows),
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        worst = max((abs(r["error"]) for r in rows if r.get("measured_bytes")), default=0.0)
+        print(f"{len(ok)}/{len(rows)} rows within ±{GOAL:.0%}; worst |error| {worst:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""``trm analyze --benchmark``: measured matmul, memory-bandwidth and disk-write speeds.
+
+A few seconds per device: GEMM GFLOP/s at fp32 and bf16 (:func:`trm.peak.measure_gemm_peak`),
+memory bandwidth as the best rate of copying a 256 MiB buffer (read + write bytes counted),
+and the disk's sequential write rate (64 MiB written and fsync'ed where runs go). Results are
+cached per machine in the user cache directory (platformdirs), so ``detect_hardware`` can
+report them and speed estimates reuse them without measuring again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from trm.hardware import DeviceSpeed, HardwareProfile
+
+CACHE_VERSION = 1
+_COPY_BYTES = 256 * 2**20
+_DISK_BYTES = 64 * 2**20
+
+
+def cache_dir() -> Path:
+    """The per-user cache directory of trm (``TRM_CACHE_DIR`` overrides it)."""
+    override = os.environ.get("TRM_CACHE_DIR")
+    if override:
+        return Path(override)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("trm", appauthor=False))
+
+
+def machine_key() -> str:
+    """A short id of this machine: host name, CPU, core count and memory (hashed)."""
+    import psutil
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    parts = [platform.node(), cpu, str(os.cpu_count()), str(psutil.virtual_memory().total)]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+
+def cache_file() -> Path:
+    return cache_dir() / f"benchmark-{machine_key()}.json"
+
+
+def load_cached_speeds() -> tuple[tuple[DeviceSpeed, ...], float | None]:
+    """``(device speeds, disk MB/s)`` measured earlier on this machine; empty when none."""
+    try:
+        data = json.loads(cache_file().read_text())
+    except (OSError, json.JSONDecodeError):
+        return (), None
+    if data.get("version") != CACHE_VERSION:
+        return (), None
+    speeds: list[DeviceSpeed] = []
+    for entry in data.get("devices", []):
+        try:
+            speeds.append(DeviceSpeed(**entry))
+        except TypeError:
+            continue
+    disk = data.get("disk_write_mb_per_s")
+    return tuple(speeds), float(disk) if isinstance(disk, (int, float)) else None
+
+
+def save_cached_speeds(speeds: tuple[DeviceSpeed, ...], disk_mb_per_s: float | None) -> Path:
+    """Write the cache file atomically; returns its path."""
+    path = cache_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {
+        "version": CACHE_VERSION,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "devices": [attrs.asdict(s) for s in speeds],
+        "disk_write_mb_per_s": disk_mb_per_s,
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(document, indent=2))
+    tmp.replace(path)
+    return path
+
+
+def measure_memory_bandwidth(device: str = "cpu", repeats: int = 5) -> float:
+    """Best copy rate of a 256 MiB buffer on ``device`` in GB/s (bytes read + written)."""
+    import torch
+
+    dev = torch.device(device)
+    count = _COPY_BYTES // 4
+    src = torch.ones(count, dtype=torch.float32, device=dev)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # first touch: page faults and allocation outside the timing
+    best_s = float("inf")
+    for _ in range(repeats):
+        _sync(dev)
+        start = time.perf_counter()
+        dst.copy_(src)
+        _sync(dev)
+        best_s = min(best_s, time.perf_counter() - start)
+    return 2 * _COPY_BYTES / best_s / 1e9
+
+
+def measure_disk_write(directory: Path) -> float:
+    """Sequential write rate where runs go, MB/s: 64 MiB in 4 MiB blocks, then fsync."""
+    directory.mkdir(parents=True, exist_ok=True)
+    block = os.urandom(4 * 2**20)
+    with tempfile.NamedTemporaryFile(dir=directory, prefix=".trm-disk-", delete=True) as handle:
+        start = time.perf_counter()
+        for _ in range(_DISK_BYTES // len(block)):
+            handle.write(block)
+        handle.flush()
+        os.fsync(handle.fileno())
+        elapsed = time.perf_counter() - start
+    return _DISK_BYTES / elapsed / 1e6
+
+
+def _sync(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def benchmark_devices(hardware: HardwareProfile) -> list[str]:
+    """The devices to measure: the CPU, every CUDA GPU, the Apple GPU."""
+    devices = ["cpu"]
+    devices += [f"cuda:{g.index}" for g in hardware.gpus or ()]
+    if not hardware.gpus and hardware.cuda_devices:
+        devices += [f"cuda:{i}" for i in range(len(hardware.cuda_devices))]
+    if hardware.mps_available:
+        devices.append("mps")
+    return devices
+
+
+def run_benchmark(
+    hardware: HardwareProfile, run_root: Path, duration_s: float = 0.6
+) -> tuple[tuple[DeviceSpeed, ...], float | None, Path]:
+    """Measure every device and the disk, cache the results; ``(speeds, disk MB/s, cache)``."""
+    from trm.peak import measure_gemm_peak
+
+    speeds: list[DeviceSpeed] = []
+    for device in benchmark_devices(hardware):
+        fp32 = measure_gemm_peak(device, "fp32", duration_s).gflops
+        bf16 = measure_gemm_peak(device, "bf16", duration_s).gflops
+        speeds.append(
+            DeviceSpeed(
+                device=device,
+                matmul_fp32_gflops=round(fp32, 1),
+                matmul_bf16_gflops=round(bf16, 1),
+                memory_bandwidth_gb_per_s=round(measure_memory_bandwidth(device), 1),
+            )
+        )
+    try:
+        disk: float | None = round(measure_disk_write(run_root), 1)
+    except OSError:
+        disk = None
+    path = save_cached_speeds(tuple(speeds), disk)
+    return tuple(speeds), disk, path

@@ -1,0 +1,381 @@
+"""Predict the peak memory of a TRM training step, item by item, from the model's tensors.
+
+The count follows what ``trm.model`` really keeps (verified against autograd's saved tensors
+in tests/test_estimator.py). One optimizer step runs, for each micro-batch of B rows, one
+supervision step: ``H_cycles - 1`` cycles without grad, then one cycle of ``L_cycles + 1``
+network calls whose activations autograd keeps until backward. The peak is at the start of
+backward of the last micro-batch in a step after the first (optimizer states exist by then):
+
+    persistent  weights, gradients, optimizer states, EMA copy, puzzle table and its sparse
+                buffers, the global carry (z_H, z_L) and the step's batch, data-loader arrays
+    activations what the L_cycles + 1 grad-carrying calls keep (per block: the input of the
+                first product, the fused projection, SiLU and product outputs, the residual
+                sum the RMS norm keeps; attention adds q/k/v, output and log-sum-exp)
+    transient   the new carry rows, head and loss buffers (the float64 stable-max), the
+                gradient buffers of the first block backward reaches; the no-grad cycles'
+                working set where it is larger
+    backend     CPU: torch's runtime pages and glibc heap slack; CUDA: context, cuBLAS
+                workspace, caching-allocator slack
+
+Shapes: P positions (puzzle prefix + seq_len), D hidden, I_h / I_t the SwiGLU inner widths of
+the hidden MLP and of the MLP across positions (mlp_t). ``low`` is 2 bytes under bf16/fp16
+autocast, else 4. Gradient checkpointing (``runtime.gradient_checkpointing`` where the spec
+has it) keeps only each call's inputs and recomputes one call during backward.
+"""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+import torch
+from attrs import frozen
+
+from trm import hookimpl
+from trm.hardware import HardwareProfile
+from trm.memory import DatasetShape, MemoryItem
+from trm.model.layers import swiglu_inner_width
+from trm.model.trm import puzzle_prefix_len
+from trm.runtime import RuntimeChoice
+from trm.spec import ArchSpec, RunSpec
+
+ACTIVATION = "default"
+
+F32 = 4
+F64 = 8
+I64 = 8
+MIB = 2**20
+
+# Torch's CPU runtime holds memory no tensor accounts for once a training step has run:
+# kernel code pages, OpenMP thread stacks, oneDNN and MKL state (about 64 MiB resident outside
+# malloc plus about 24 MiB inside it; measured as RSS growth minus live tensor bytes for a
+# batch-1, hidden-64 step, Linux x86-64, torch 2.x, by benchmarks/memory_accuracy.py).
+CPU_RUNTIME_BYTES = 88 * MIB
+# glibc keeps freed heap chunks resident (holes between live tensors, other threads' arenas),
+# so the resident peak exceeds the live tensor bytes by a share of the activations that
+# depends on how many short-lived tensors a block makes: attention (RoPE, casts) and bf16
+# (casts) make more. Basis: RSS peak minus malloc-live peak, measured per block type and
+# precision by benchmarks/memory_accuracy.py on Linux/glibc 2.36 (an empirical allowance, not
+# derived from the model; other allocators differ).
+HEAP_SLACK_FRACTION = {
+    ("mlp_t", "fp32"): 0.20,
+    ("mlp_t", "low"): 0.24,
+    ("attention", "fp32"): 0.35,
+    ("attention", "low"): 0.60,
+}
+# CUDA: the context (driver, kernels) lives outside PyTorch's allocator; the caching
+# allocator rounds and splits blocks; cuBLAS keeps a workspace per stream.
+CUDA_CONTEXT_BYTES = 500 * MIB
+CUDA_ALLOCATOR_SLACK_FRACTION = 0.05
+CUBLAS_WORKSPACE_BYTES = 32 * MIB
+
+
+@frozen
+class Sizes:
+    """Element counts of one sample's tensors and the model's parameter counts."""
+
+    positions: int
+    hidden: int
+    seq_len: int
+    vocab: int
+    heads: int
+    inner_hidden: int  # I_h
+    inner_tokens: int  # I_t (mlp_t only)
+    net_params: int
+    other_params: int
+    buffers_persistent: int  # float buffers in state_dict (H_init, L_init, puzzle table)
+    buffers_other: int  # non-persistent buffers (RoPE tables)
+    puzzle_table: int
+    puzzle_ndim: int
+
+    @property
+    def params(self) -> int:
+        return self.net_params + self.other_params
+
+
+def model_sizes(arch: ArchSpec, dataset: DatasetShape) -> Sizes:
+    """Parameter and buffer counts of the real model, built on the meta device (no memory)."""
+    from trm.model import TinyRecursiveModel
+
+    with torch.device("meta"):
+        model = TinyRecursiveModel(
+            arch, dataset.seq_len, dataset.vocab_size, max(1, dataset.num_puzzle_identifiers)
+        )
+    net_params = sum(p.numel() for p in model.net.parameters())
+    all_params = sum(p.numel() for p in model.parameters())
+    persistent = model.state_dict()
+    params_names = {name for name, _ in model.named_parameters()}
+    buffers_persistent = sum(
+        t.numel()
+        for name, t in persistent.items()
+        if name not in params_names and t.is_floating_point()
+    )
+    buffers_all = sum(b.numel() for b in model.buffers())
+    prefix = puzzle_prefix_len(arch)
+    return Sizes(
+        positions=prefix + dataset.seq_len,
+        hidden=arch.hidden_size,
+        seq_len=dataset.seq_len,
+        vocab=dataset.vocab_size,
+        heads=arch.num_heads,
+        inner_hidden=swiglu_inner_width(arch.hidden_size, arch.expansion),
+        inner_tokens=swiglu_inner_width(prefix + dataset.seq_len, arch.expansion),
+        net_params=net_params,
+        other_params=all_params - net_params,
+        buffers_persistent=buffers_persistent,
+        buffers_other=buffers_all - buffers_persistent,
+        puzzle_table=model.puzzle_embedding_numel(),
+        puzzle_ndim=arch.puzzle_emb_ndim,
+    )
+
+
+def low_bytes(precision: str) -> int:
+    """Bytes of an autocast-dtype element: 2 for bf16/fp16, 4 for fp32."""
+    return 2 if precision in ("bf16", "fp16") else F32
+
+
+def block_tensors(arch: ArchSpec, s: Sizes, precision: str) -> dict[str, list[int]]:
+    """Bytes per sample that one layer keeps for backward, as {block: [tensor bytes, ...]}.
+
+    The first product of each block keeps its input: the float32 tensor itself without
+    autocast, its autocast-dtype copy with it. Each list lists distinct storages.
+    """
+    low = low_bytes(precision)
+    first_input = F32 if low == F32 else low
+    p, d = s.positions, s.hidden
+    pd = p * d
+    swiglu_h = [2 * s.inner_hidden * p * low, s.inner_hidden * p * low, s.inner_hidden * p * low]
+    blocks: dict[str, list[int]] = {}
+    if arch.mlp_t:
+        i_t = s.inner_tokens
+        blocks["token_mlp"] = [
+            first_input * pd,
+            2 * i_t * d * low,  # fused gate/up projection [2 I_t, D]
+            i_t * d * low,  # SiLU(gate)
+            i_t * d * low,  # SiLU(gate) * up
+            F32 * pd,  # residual sum kept by the RMS norm
+            F32 * d,  # its reciprocal RMS (one per column)
+        ]
+    else:
+        attention = [first_input * pd, 3 * pd * low]  # input, fused qkv
+        if arch.pos_encodings == "rope":
+            attention += [pd * low, pd * low]  # rotated q and k
+        attention += [pd * low, F32 * s.heads * p, F32 * pd, F32 * p]  # out, lse, sum, rsqrt
+        blocks["attention"] = attention
+    blocks["mlp"] = [first_input * pd, *swiglu_h, F32 * pd, F32 * p]
+    return blocks
+
+
+def net_call_bytes(arch: ArchSpec, s: Sizes, precision: str) -> int:
+    """Bytes per sample that one grad-carrying call of the network keeps for backward."""
+    per_layer = sum(sum(t) for t in block_tensors(arch, s, precision).values())
+    return arch.L_layers * per_layer
+
+
+def step_activation_bytes(
+    arch: ArchSpec, s: Sizes, precision: str, checkpointing: bool = False
+) -> int:
+    """Per sample: what the gradient-carrying cycle keeps (L_cycles + 1 network calls)."""
+    calls = arch.L_cycles + 1
+    if checkpointing:
+        # Only each call's two inputs stay; backward recomputes one call at a time.
+        return calls * 2 * F32 * s.positions * s.hidden + net_call_bytes(arch, s, precision)
+    return calls * net_call_bytes(arch, s, precision)
+
+
+def nograd_working_bytes(arch: ArchSpec, s: Sizes, precision: str) -> int:
+    """Per sample: the largest set of temporaries one no-grad network call holds at once."""
+    low = low_bytes(precision)
+    pd = s.positions * s.hidden
+    hidden_mlp = 4 * s.inner_hidden * s.positions * low + pd * low
+    if arch.mlp_t:
+        mixing = 4 * s.inner_tokens * s.hidden * low + pd * low
+    else:
+        mixing = 3 * pd * low + 2 * pd * low + pd * low + F32 * s.heads * s.positions
+    # h, the injection sum and the residual sum next to the block's own temporaries
+    return max(hidden_mlp, mixing) + 3 * F32 * pd
+
+
+def backward_working_bytes(arch: ArchSpec, s: Sizes, precision: str) -> int:
+    """Per sample: gradient buffers of the first block backward reaches (the last SwiGLU)."""
+    low = low_bytes(precision)
+    pd = s.positions * s.hidden
+    return 2 * s.inner_hidden * s.positions * low + 2 * F32 * pd
+
+
+def head_and_loss_bytes(s: Sizes, precision: str) -> int:
+    """Per sample: LM-head input copy and logits, the float64 stable-max and its temporaries."""
+    low = low_bytes(precision)
+    sv = s.seq_len * s.vocab
+    head_input = s.seq_len * s.hidden * low if low != F32 else 0
+    return head_input + sv * low + 7 * sv * F64 + s.seq_len * (I64 + 1)
+
+
+def heap_slack_fraction(arch: ArchSpec, precision: str) -> float:
+    """The glibc heap-slack allowance for this block type and precision (see the constant)."""
+    kind = "mlp_t" if arch.mlp_t else "attention"
+    return HEAP_SLACK_FRACTION[(kind, "fp32" if low_bytes(precision) == F32 else "low")]
+
+
+def _dataset_bytes(dataset: DatasetShape, global_batch: int) -> tuple[int, str]:
+    seq = dataset.seq_len
+    batch = global_batch * (2 * seq * I64 + I64)
+    index = I64 * (3 * dataset.total_puzzles + 2 * dataset.total_groups)
+    if dataset.train_file_bytes:
+        mapped, how = dataset.train_file_bytes, "train inputs/labels files"
+    else:
+        mapped, how = 2 * dataset.total_puzzles * seq * 4, "inputs/labels as int32 (size unknown)"
+    note = (
+        f"batch of {global_batch} rows (int64), sampler index arrays, and memory-mapped pages "
+        f"of the {how}, all resident once an epoch has read every row (file-backed)"
+    )
+    return batch + index + mapped, note
+
+
+def estimate_items(
+    spec: RunSpec,
+    hardware: HardwareProfile,
+    runtime: RuntimeChoice,
+    dataset: DatasetShape,
+    process_baseline_bytes: int | None = None,
+) -> list[MemoryItem]:
+    """Every item of one training step's peak; see the module docstring for the accounting."""
+    arch, train = spec.arch, spec.train
+    s = model_sizes(arch, dataset)
+    precision = runtime.precision
+    low = low_bytes(precision)
+    global_batch = train.global_batch_size
+    micro = min(spec.runtime.micro_batch_size or global_batch, global_batch)
+    checkpointing = bool(getattr(spec.runtime, "gradient_checkpointing", False))
+    on_device = runtime.device.split(":")[0] in ("cuda", "mps")
+    where = "device" if on_device else "host"
+    pd = s.positions * s.hidden
+
+    items: list[MemoryItem] = []
+
+    def add(name: str, count: int, note: str, location: str = where) -> None:
+        items.append(MemoryItem(name=name, bytes=max(0, int(count)), location=location, note=note))
+
+    add(
+        "weights",
+        F32 * (s.params + s.buffers_persistent - s.puzzle_table + s.buffers_other),
+        f"{s.params:,} float32 parameters and the network's buffers",
+    )
+    add("gradients", F32 * s.params, "one float32 gradient per parameter")
+    states = 2 if train.optimizer in ("adam_atan2", "adamw") else 0
+    add(
+        "optimizer states",
+        states * F32 * s.params,
+        f"{train.optimizer}: first and second moments per parameter",
+    )
+    if train.ema:
+        add(
+            "EMA copy",
+            F32 * (s.params + s.buffers_persistent),
+            "shadow of every float32 weight and persistent buffer (puzzle table included)",
+        )
+    else:
+        add("EMA copy", 0, "train.ema is off")
+    sparse_rows = global_batch if s.puzzle_table else 0
+    add(
+        "puzzle embedding table",
+        F32 * s.puzzle_table,
+        f"{s.puzzle_table // max(s.puzzle_ndim, 1):,} identifiers x {s.puzzle_ndim} (a buffer)",
+    )
+    add(
+        "sparse optimizer buffers",
+        2 * F32 * sparse_rows * s.puzzle_ndim,
+        "looked-up rows and their gradients for every micro-batch of the step (sign-SGD)",
+    )
+    if low != F32:
+        add(
+            "autocast weight copies",
+            low * (s.net_params + s.other_params),
+            f"{precision} copies of the weights, made once per supervision step",
+        )
+    add(
+        "carry (z_H, z_L)",
+        global_batch * (2 * F32 * pd + 4 + 1 + dataset.seq_len * 2 * I64 + I64),
+        f"float32 z_H and z_L for all {global_batch} rows of the global batch, with their data",
+    )
+
+    activations = micro * step_activation_bytes(arch, s, precision, checkpointing)
+    calls = arch.L_cycles + 1
+    how = "inputs only, recomputed in backward" if checkpointing else "kept for backward"
+    add(
+        "activations",
+        activations,
+        f"{calls} grad-carrying network calls x {arch.L_layers} layers, micro-batch {micro}, "
+        f"{precision} ({how})",
+    )
+    # The loop keeps every micro-batch's new carry rows until the step ends (then writes them
+    # back), so by the last micro-batch they cover the whole global batch.
+    new_carry = global_batch * (2 * F32 * pd + 4 + 1 + dataset.seq_len * 2 * I64 + I64)
+    step_transient = new_carry + micro * (
+        head_and_loss_bytes(s, precision) + backward_working_bytes(arch, s, precision)
+    )
+    nograd = micro * nograd_working_bytes(arch, s, precision) if arch.H_cycles > 1 else 0
+    add(
+        "step transients",
+        step_transient,
+        "new carry rows of the whole step, head and loss buffers (float64 stable-max), "
+        "first backward gradients",
+    )
+    add(
+        "no-grad cycle peak",
+        max(0, nograd - activations - step_transient),
+        f"{arch.H_cycles - 1} cycles without grad; counted only where above the grad cycle",
+    )
+    data_bytes, data_note = _dataset_bytes(dataset, global_batch)
+    add("data-loader buffers", data_bytes, data_note, location="host")
+
+    # Backend overheads
+    baseline = process_baseline_bytes
+    if baseline is None:
+        baseline = psutil.Process(os.getpid()).memory_info().rss
+    add(
+        "process baseline",
+        baseline,
+        "resident size of this process now: the interpreter, torch and the loaded plugins",
+        location="host",
+    )
+    if on_device and runtime.device.startswith("cuda"):
+        add(
+            "CUDA context",
+            CUDA_CONTEXT_BYTES,
+            "driver and kernel images, outside PyTorch's allocator (typical size)",
+        )
+        add("cuBLAS workspace", CUBLAS_WORKSPACE_BYTES, "matrix-product workspace per stream")
+        add(
+            "allocator fragmentation",
+            CUDA_ALLOCATOR_SLACK_FRACTION * (activations + step_transient),
+            "caching allocator block rounding and splits, about 5% of the step's tensors",
+        )
+    elif not on_device:
+        add(
+            "CPU runtime",
+            CPU_RUNTIME_BYTES,
+            "kernel code pages, OpenMP and oneDNN state touched by the first step",
+        )
+        slack = heap_slack_fraction(arch, precision)
+        add(
+            "allocator fragmentation",
+            slack * activations,
+            f"glibc heap slack: {slack:.0%} of the activations (measured allowance for this "
+            "block type and precision on Linux/glibc)",
+        )
+    if runtime.compile:
+        add(
+            "compile workspace",
+            64 * MIB if on_device else 0,
+            "torch.compile: Inductor keeps no more activations than eager; kernels' buffers",
+        )
+    return items
+
+
+@hookimpl
+def estimate_memory(
+    spec: RunSpec, hardware: HardwareProfile, runtime: RuntimeChoice, dataset: DatasetShape
+) -> list[MemoryItem]:
+    """The built-in estimate of a TRM training step (see the module docstring)."""
+    return estimate_items(spec, hardware, runtime, dataset)

@@ -1,0 +1,174 @@
+"""Fit a run to the machine: conservative, balanced or extreme use of the memory budget.
+
+``adapt_config`` targets 50% / 75% / 95% of the usable memory budget (the device's memory
+where the run has its own, else the host's after the OS reserve). It keeps the spec's global
+batch and picks, in this order:
+
+1. precision: bf16 autocast where the device multiplies bf16 natively (``runtime.precision``
+   ``auto`` only; an explicit choice is kept);
+2. threads: the physical cores this process may use (``runtime.threads`` 0 only);
+3. the largest micro-batch (a divisor of the global batch) whose estimated peak stays under
+   the target, with gradient accumulation making up the rest; an explicit
+   ``runtime.micro_batch_size`` that already fits is kept (so a spec written for one tier
+   runs unchanged under another);
+4. only when a micro-batch of 1 does not fit: a smaller model (hidden size halved, then
+   fewer L cycles, then fewer H cycles) — recorded with a reason that starts "MODEL SHRUNK".
+
+Data loading runs in the training process from memory-mapped arrays, so there is no worker
+count to choose. Every change is returned as ``(key, old, new, reason)``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import attrs
+
+from trm import hookimpl
+from trm.hardware import HardwareProfile, format_bytes
+from trm.memory import MemoryEstimate
+from trm.prepare import MODE_TARGETS
+from trm.spec import RunSpec
+
+ACTIVATION = "default"
+
+TARGETS = MODE_TARGETS
+SHRUNK = "MODEL SHRUNK"
+MIN_HIDDEN = 32
+
+Change = tuple[str, Any, Any, str]
+
+
+def divisors_descending(n: int) -> list[int]:
+    """Every divisor of ``n``, largest first."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)}, reverse=True)
+
+
+def native_bf16(hardware: HardwareProfile, estimate: MemoryEstimate) -> bool:
+    """Whether the device the run uses multiplies bf16 natively."""
+    if estimate.device_budget_bytes is not None and not estimate.unified_memory:
+        gpus = hardware.gpus or ()
+        if gpus:
+            return bool(gpus[0].bf16)
+        return any("bf16" in name for name in hardware.cuda_devices or ())
+    if estimate.unified_memory:
+        return False  # MPS: bf16 autocast is not faster than fp32 on Apple GPUs
+    return bool(hardware.cpu_native_bf16)
+
+
+def usable_threads(hardware: HardwareProfile) -> int:
+    cores = hardware.physical_cores or hardware.logical_cores or 1
+    if hasattr(os, "sched_getaffinity"):
+        cores = min(cores, len(os.sched_getaffinity(0)))
+    return max(1, cores)
+
+
+def _set(spec: RunSpec, key: str, value: Any) -> RunSpec:
+    section, name = key.split(".")
+    part = attrs.evolve(getattr(spec, section), **{name: value})
+    return attrs.evolve(spec, **{section: part})
+
+
+def _get(spec: RunSpec, key: str) -> Any:
+    section, name = key.split(".")
+    return getattr(getattr(spec, section), name)
+
+
+def largest_fitting_micro_batch(
+    spec: RunSpec, estimate: MemoryEstimate, target: float
+) -> tuple[int | None, MemoryEstimate | None]:
+    """The largest divisor of the global batch whose estimate stays within ``target``."""
+    for micro in divisors_descending(spec.train.global_batch_size):
+        trial = estimate.for_spec(_set(spec, "runtime.micro_batch_size", micro))
+        if trial.fits(target):
+            return micro, trial
+    return None, None
+
+
+def _smaller_models(spec: RunSpec) -> list[tuple[str, int]]:
+    """Shrink steps in order: halve hidden (keeping heads' even width), then cycles."""
+    arch = spec.arch
+    steps: list[tuple[str, int]] = []
+    hidden = arch.hidden_size // 2
+    if (
+        hidden >= MIN_HIDDEN
+        and hidden % arch.num_heads == 0
+        and (arch.mlp_t or (hidden // arch.num_heads) % 2 == 0)
+    ):
+        steps.append(("arch.hidden_size", hidden))
+    if arch.L_cycles > 1:
+        steps.append(("arch.L_cycles", max(1, arch.L_cycles // 2)))
+    if arch.H_cycles > 1:
+        steps.append(("arch.H_cycles", arch.H_cycles - 1))
+    return steps
+
+
+def adapt(
+    spec: RunSpec, hardware: HardwareProfile, estimate: MemoryEstimate, mode: str
+) -> tuple[RunSpec, list[Change]]:
+    """The tier's spec and the recorded changes (see the module docstring)."""
+    target = TARGETS[mode]
+    where = estimate.limiting_location()
+    changes: list[Change] = []
+
+    def change(key: str, value: Any, reason: str) -> None:
+        nonlocal spec
+        old = _get(spec, key)
+        if old != value:
+            changes.append((key, old, value, reason))
+            spec = _set(spec, key, value)
+
+    if spec.runtime.precision == "auto" and native_bf16(hardware, estimate):
+        change("runtime.precision", "bf16", "the device multiplies bf16 natively")
+    if spec.runtime.threads == 0 and where == "host":
+        change("runtime.threads", usable_threads(hardware), "one thread per usable physical core")
+
+    budget = estimate.host_budget_bytes if where == "host" else estimate.device_budget_bytes
+    if budget is None:
+        return spec, changes
+    goal = f"{mode}: {target:.0%} of the {where} budget {format_bytes(budget)}"
+    current = spec.runtime.micro_batch_size
+    if current:
+        kept = estimate.for_spec(spec)
+        if kept.fits(target):
+            return spec, changes  # an explicit micro-batch that fits is the user's choice
+    micro, fitted = largest_fitting_micro_batch(spec, estimate, target)
+    while micro is None:
+        options = _smaller_models(spec)
+        if not options:
+            changes.append(
+                (
+                    "runtime.micro_batch_size",
+                    spec.runtime.micro_batch_size,
+                    1,
+                    f"{SHRUNK}: even the smallest model does not fit {goal}; expect out of memory",
+                )
+            )
+            return _set(spec, "runtime.micro_batch_size", 1), changes
+        key, value = options[0]
+        change(key, value, f"{SHRUNK}: a micro-batch of 1 does not fit {goal}")
+        micro, fitted = largest_fitting_micro_batch(spec, estimate, target)
+    assert fitted is not None
+    share = fitted.budget_fraction() or 0.0
+    accumulation = spec.train.global_batch_size // micro
+    change(
+        "runtime.micro_batch_size",
+        micro,
+        f"largest micro-batch under {goal}: predicted peak {share:.0%} of it, "
+        f"{accumulation} accumulation step(s) keep the global batch "
+        f"{spec.train.global_batch_size}",
+    )
+    return spec, changes
+
+
+@hookimpl
+def adapt_config(
+    spec: RunSpec, hardware: HardwareProfile, estimate: MemoryEstimate, mode: str
+) -> tuple[RunSpec, list[Change]] | None:
+    """Fit ``spec`` to ``mode``'s share of the memory budget (see the module docstring)."""
+    if mode not in TARGETS or getattr(estimate, "remake", None) is None:
+        return None
+    new_spec, changes = adapt(spec, hardware, estimate, mode)
+    return (new_spec, changes) if changes else None
