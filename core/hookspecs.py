@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from trm.control import TrainControl
     from trm.data.source import DataSource
     from trm.hardware import HardwareProfile
-    from trm.memory import MemoryEstimate, MemoryItem
+    from trm.memory import DatasetShape, MemoryEstimate, MemoryItem
     from trm.runtime import RuntimeChoice
     from trm.spec import RunSpec
     from trm.state import TrainState
@@ -53,14 +53,16 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
 
 @hookspec
 def estimate_memory(
-    spec: RunSpec, hardware: HardwareProfile, runtime: RuntimeChoice
+    spec: RunSpec, hardware: HardwareProfile, runtime: RuntimeChoice, dataset: DatasetShape
 ) -> list[MemoryItem] | None:
     """Predict the peak memory of a training step of ``spec`` as itemised MemoryItems.
 
-    Called before adapt_config and by ``trm estimate``. Each item names one share (weights,
-    activations, CUDA context, …) with its bytes and location ("host" or "device"). Items from
-    all plugins are summed per location, so a plugin must not repeat another's items. Bytes
-    are never negative.
+    Called before adapt_config, by ``trm estimate`` and ``trm analyze``, and again by
+    adapt_config implementations through ``MemoryEstimate.for_spec`` for candidate specs.
+    ``dataset`` holds the train split's shape (seq_len, vocab_size, puzzle identifiers,
+    puzzles, groups). Each item names one share (weights, activations, CUDA context, …) with
+    its bytes and location ("host" or "device"). Items from all plugins are summed per
+    location, so a plugin must not repeat another's items. Bytes are never negative.
     """
 
 

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import os
-import platform
-import sys
-from pathlib import Path
 
-import psutil
 import torch
 
 from trm import hookimpl
@@ -18,49 +14,6 @@ from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 
 ACTIVATION = "default"
-
-BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-def _cpu_flags() -> tuple[str, ...] | None:
-    """CPU feature flags from /proc/cpuinfo (Linux); None where they cannot be read."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            return tuple(sorted(set(line.split(":", 1)[1].split())))
-    return None
-
-
-def _cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
-
-
-@hookimpl
-def detect_hardware() -> HardwareProfile:
-    flags = _cpu_flags()
-    memory = psutil.virtual_memory()
-    return HardwareProfile(
-        os=f"{platform.system()} {platform.release()}",
-        python=sys.version.split()[0],
-        torch_version=torch.__version__,
-        cpu_model=_cpu_model(),
-        cpu_arch=platform.machine() or None,
-        physical_cores=psutil.cpu_count(logical=False),
-        logical_cores=psutil.cpu_count(logical=True),
-        cpu_flags=flags,
-        cpu_native_bf16=None if flags is None else any(f in flags for f in BF16_FLAGS),
-        memory_total_bytes=memory.total,
-        memory_available_bytes=memory.available,
-    )
 
 
 def _usable_cores(hardware: HardwareProfile) -> int:

@@ -26,7 +26,15 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trm.cli import bench_cmd, data_cmd, eval_cmd, plugins_cmd, run_cmd
+    from trm.cli import (
+        analyze_cmd,
+        bench_cmd,
+        data_cmd,
+        estimate_cmd,
+        eval_cmd,
+        plugins_cmd,
+        run_cmd,
+    )
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -45,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"trm {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     commands.required = True
-    for module in (run_cmd, plugins_cmd, data_cmd, eval_cmd, bench_cmd):
+    for module in (run_cmd, plugins_cmd, data_cmd, eval_cmd, bench_cmd, analyze_cmd, estimate_cmd):
         module.register(commands, common)
     return parser
 

@@ -23,6 +23,7 @@ from trm.data.puzzle_dataset import open_split
 from trm.errors import TrmError
 from trm.plugin_manager import load_plugins
 from trm.prepare import (
+    EXTREME_RISKS,
     MODES,
     adapt_spec,
     choose_runtime,
@@ -173,10 +174,15 @@ def run(args: argparse.Namespace) -> int:
     runtime = choose_runtime(pm, spec, hardware)
     for note in runtime.notes:
         info(note)
-    estimate = estimate_memory(pm, spec, hardware, runtime)
+    default_dir = (args.out or Path("runs") / spec.name).expanduser()
+    estimate = estimate_memory(pm, spec, hardware, runtime, log=info, run_dir=default_dir)
     spec, changes = adapt_spec(pm, spec, hardware, estimate, args.mode)
     for change in changes:
         info(f"adapted {change['key']}: {change['old']} -> {change['new']} ({change['reason']})")
+    if any(change["key"].startswith("runtime.") for change in changes):
+        runtime = choose_runtime(pm, spec, hardware)  # the tier may have set precision/threads
+    if args.mode == "extreme":
+        info(f"warning: {EXTREME_RISKS}")
 
     run_dir = (args.out or Path("runs") / spec.name).expanduser()
     preflight(run_dir)
