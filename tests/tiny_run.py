@@ -55,6 +55,8 @@ dir = "{data_dir}"
 
 [runtime]
 device = "cpu"
+# fp32: the OOM test compares runs whose micro-batches differ; bf16 rounding would swamp it
+precision = "fp32"
 threads = 1
 micro_batch_size = {micro}
 """
