@@ -25,6 +25,7 @@ has it) keeps only each call's inputs and recomputes one call during backward.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import psutil
@@ -53,7 +54,7 @@ MIB = 2**20
 CPU_RUNTIME_BYTES = 88 * MIB
 # glibc keeps freed heap chunks resident (holes between live tensors, other threads' arenas),
 # so the resident peak exceeds the live tensor bytes by a share of the activations that
-# depends on how many short-lived tensors a block makes: attention (RoPE, casts) and bf16
+# depends on how many short-lived tensors a block makes: attention with RoPE and bf16
 # (casts) make more. Basis: RSS peak minus malloc-live peak, measured per block type and
 # precision by benchmarks/memory_accuracy.py on Linux/glibc 2.36 (an empirical allowance, not
 # derived from the model; other allocators differ).
@@ -61,7 +62,9 @@ HEAP_SLACK_FRACTION = {
     ("mlp_t", "fp32"): 0.20,
     ("mlp_t", "low"): 0.24,
     ("attention", "fp32"): 0.35,
-    ("attention", "low"): 0.60,
+    ("attention", "low"): 0.30,
+    ("attention+rope", "fp32"): 0.35,
+    ("attention+rope", "low"): 0.45,
 }
 # CUDA: the context (driver, kernels) lives outside PyTorch's allocator; the caching
 # allocator rounds and splits blocks; cuBLAS keeps a workspace per stream.
@@ -127,6 +130,12 @@ def model_sizes(arch: ArchSpec, dataset: DatasetShape) -> Sizes:
         puzzle_table=model.puzzle_embedding_numel(),
         puzzle_ndim=arch.puzzle_emb_ndim,
     )
+
+
+@functools.cache
+def process_rss_bytes() -> int:
+    """This process's resident size, read once (so estimates in one process agree)."""
+    return psutil.Process(os.getpid()).memory_info().rss
 
 
 def low_bytes(precision: str) -> int:
@@ -213,7 +222,10 @@ def head_and_loss_bytes(s: Sizes, precision: str) -> int:
 
 def heap_slack_fraction(arch: ArchSpec, precision: str) -> float:
     """The glibc heap-slack allowance for this block type and precision (see the constant)."""
-    kind = "mlp_t" if arch.mlp_t else "attention"
+    if arch.mlp_t:
+        kind = "mlp_t"
+    else:
+        kind = "attention+rope" if arch.pos_encodings == "rope" else "attention"
     return HEAP_SLACK_FRACTION[(kind, "fp32" if low_bytes(precision) == F32 else "low")]
 
 
@@ -332,7 +344,7 @@ def estimate_items(
     # Backend overheads
     baseline = process_baseline_bytes
     if baseline is None:
-        baseline = psutil.Process(os.getpid()).memory_info().rss
+        baseline = process_rss_bytes()
     add(
         "process baseline",
         baseline,

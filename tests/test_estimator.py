@@ -1,0 +1,137 @@
+"""The built-in memory estimator: exact against autograd, and the trm.testing properties."""
+
+from __future__ import annotations
+
+import contextlib
+import types
+
+import attrs
+import pytest
+import torch
+
+from trm import hookimpl
+from trm.hardware import HardwareProfile
+from trm.memory import DatasetShape, MemoryItem
+from trm.model.trm import TinyRecursiveModel
+from trm.plugins import memory_estimator
+from trm.runtime import RuntimeChoice
+from trm.spec import ArchSpec, RunSpec, TrainSpec
+from trm.testing import check_memory_estimator
+
+SUDOKU = DatasetShape(seq_len=16, vocab_size=6, num_puzzle_identifiers=1)
+
+
+def saved_bytes_per_sample(arch: ArchSpec, precision: str) -> float:
+    """Bytes autograd keeps per extra sample for one training forward of the real model."""
+
+    def saved(batch: int) -> int:
+        torch.manual_seed(0)
+        model = TinyRecursiveModel(arch, SUDOKU.seq_len, SUDOKU.vocab_size, 1).train()
+        data = {
+            "inputs": torch.randint(1, 6, (batch, 16)),
+            "labels": torch.randint(2, 6, (batch, 16)),
+            "puzzle_identifiers": torch.zeros(batch, dtype=torch.long),
+        }
+        storages: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        cast = (
+            torch.autocast("cpu", dtype=torch.bfloat16)
+            if precision == "bf16"
+            else contextlib.nullcontext()
+        )
+        with cast, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(model.initial_carry(data), data)
+        return sum(storages.values())
+
+    return (saved(6) - saved(2)) / 4
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"mlp_t": True, "pos_encodings": "none"},
+        {"mlp_t": False, "pos_encodings": "rope"},
+        {"mlp_t": False, "pos_encodings": "learned", "L_layers": 1},
+    ],
+    ids=["mlp_t", "attention-rope", "attention-learned"],
+)
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_activation_count_matches_what_autograd_saves_within_3_percent(overrides, precision):
+    arch = ArchSpec(
+        hidden_size=64, num_heads=4, L_cycles=2, puzzle_emb_ndim=0, puzzle_emb_len=2, **overrides
+    )
+    sizes = memory_estimator.model_sizes(arch, SUDOKU)
+    predicted = memory_estimator.step_activation_bytes(arch, sizes, precision)
+    measured = saved_bytes_per_sample(arch, precision)
+    assert predicted == pytest.approx(measured, rel=0.03)
+
+
+def test_weights_item_counts_the_real_parameters():
+    spec = RunSpec(arch=ArchSpec(hidden_size=64, num_heads=4, puzzle_emb_ndim=64))
+    model = TinyRecursiveModel(spec.arch, 16, 6, 10)
+    items = memory_estimator.estimate_items(
+        spec,
+        HardwareProfile(),
+        RuntimeChoice("cpu", "fp32", 1, False),
+        DatasetShape(16, 6, 10),
+        process_baseline_bytes=0,
+    )
+    by_name = {item.name: item.bytes for item in items}
+    assert by_name["gradients"] == 4 * model.count_parameters()
+    assert by_name["puzzle embedding table"] == 4 * model.puzzle_embedding_numel()
+
+
+def test_checkpointing_keeps_fewer_activations_than_storing_them():
+    arch = ArchSpec(hidden_size=128, num_heads=4, L_cycles=4)
+    sizes = memory_estimator.model_sizes(arch, SUDOKU)
+    with_ckpt = memory_estimator.step_activation_bytes(arch, sizes, "fp32", checkpointing=True)
+    assert with_ckpt < memory_estimator.step_activation_bytes(arch, sizes, "fp32")
+
+
+def test_cuda_runs_put_model_items_on_the_device_and_add_the_context():
+    spec = RunSpec(train=TrainSpec(global_batch_size=8))
+    items = memory_estimator.estimate_items(
+        spec, HardwareProfile(), RuntimeChoice("cuda", "bf16", 1, False), SUDOKU, 0
+    )
+    where = {item.name: item.location for item in items}
+    assert where["activations"] == "device" and where["data-loader buffers"] == "host"
+    assert "CUDA context" in where
+
+
+def test_the_built_in_estimator_has_every_trm_testing_property():
+    skipped = check_memory_estimator(memory_estimator, max_examples=15)
+    assert set(skipped) <= {"checkpointing_never_above_without"}
+
+
+def test_the_kit_catches_an_estimator_whose_bf16_exceeds_fp32():
+    broken = types.ModuleType("broken")
+
+    @hookimpl
+    def estimate_memory(spec, runtime):
+        per_row = 2**20 if runtime.precision == "fp32" else 2**30  # bf16 above fp32: wrong
+        return [MemoryItem("activations", per_row * spec.train.global_batch_size)]
+
+    broken.estimate_memory = estimate_memory
+    with pytest.raises(AssertionError):
+        check_memory_estimator(broken, max_examples=10, properties=("bf16_never_above_fp32",))
+
+
+def test_the_kit_rejects_negative_items():
+    def estimate_memory(spec):
+        return [MemoryItem("refund", -1)]
+
+    with pytest.raises(AssertionError):
+        check_memory_estimator(
+            estimate_memory, max_examples=5, properties=("items_are_valid_and_sum_to_the_total",)
+        )
+
+
+def test_a_smaller_attention_variant_also_satisfies_sizes_monotonicity():
+    arch = ArchSpec(hidden_size=64, num_heads=4, puzzle_emb_ndim=0, puzzle_emb_len=1)
+    small = memory_estimator.model_sizes(arch, SUDOKU)
+    big = memory_estimator.model_sizes(attrs.evolve(arch, hidden_size=128), SUDOKU)
+    assert big.params > small.params
