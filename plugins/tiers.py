@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 
 from trm import hookimpl
+from trm.flops import matmul_bound
 from trm.hardware import HardwareProfile, format_bytes
 from trm.memory import MemoryEstimate
 from trm.prepare import MODE_TARGETS
@@ -120,7 +121,13 @@ def adapt(
             changes.append((key, old, value, reason))
             spec = _set(spec, key, value)
 
-    if spec.runtime.precision == "auto" and native_bf16(hardware, estimate):
+    # On a CPU, bf16 pays only when matrix products set the step time (trm.flops.matmul_bound);
+    # for small networks its per-call overhead makes a step several times slower than fp32.
+    if (
+        spec.runtime.precision == "auto"
+        and native_bf16(hardware, estimate)
+        and (where != "host" or matmul_bound(spec.arch))
+    ):
         change("runtime.precision", "bf16", "the device multiplies bf16 natively")
     if spec.runtime.threads == 0 and where == "host":
         change("runtime.threads", usable_threads(hardware), "one thread per usable physical core")
