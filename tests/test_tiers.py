@@ -1,0 +1,111 @@
+"""Tiers: micro-batch under the target, global batch kept, precision, loud shrinking."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trm.hardware import HardwareProfile
+from trm.memory import MemoryEstimate, MemoryItem
+from trm.plugins import tiers
+from trm.prepare import MODE_TARGETS
+from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec
+
+GIB = 2**30
+
+
+def linear_estimate(budget: int, per_row: int, fixed: int, per_hidden_row: int = 0):
+    """A fake estimator: fixed + per_row x micro-batch (x hidden/64 when per_hidden_row)."""
+
+    def make(spec: RunSpec) -> MemoryEstimate:
+        micro = spec.runtime.micro_batch_size or spec.train.global_batch_size
+        row = per_row + per_hidden_row * spec.arch.hidden_size // 64
+        items = (MemoryItem("fixed", fixed), MemoryItem("activations", row * micro))
+        return MemoryEstimate(items=items, host_budget_bytes=budget, remake=make)
+
+    return make
+
+
+def spec_with(batch: int, hidden: int = 256) -> RunSpec:
+    return RunSpec(
+        arch=ArchSpec(hidden_size=hidden, num_heads=4),
+        train=TrainSpec(global_batch_size=batch, max_steps=1),
+        runtime=RuntimeSpec(precision="fp32", threads=1),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batch=st.sampled_from([12, 64, 96, 768]),
+    per_row_mib=st.integers(1, 400),
+    mode=st.sampled_from(list(MODE_TARGETS)),
+)
+def test_micro_batch_is_the_largest_divisor_under_the_target(batch, per_row_mib, mode):
+    budget = 8 * GIB
+    make = linear_estimate(budget, per_row_mib * 2**20, GIB // 4)
+    spec = spec_with(batch)
+    adapted, changes = tiers.adapt(spec, HardwareProfile(), make(spec), mode)
+    micro = adapted.runtime.micro_batch_size
+    target = MODE_TARGETS[mode]
+    assert adapted.train.global_batch_size == batch and batch % micro == 0
+    if adapted.arch == spec.arch:  # not shrunk
+        assert make(adapted).fits(target)
+        bigger = [d for d in tiers.divisors_descending(batch) if d > micro]
+        assert all(
+            not make(
+                attrs.evolve(adapted, runtime=attrs.evolve(adapted.runtime, micro_batch_size=d))
+            ).fits(target)
+            for d in bigger
+        )
+    assert all(len(c) == 4 and c[0] and c[3] for c in changes)
+
+
+def test_conservative_never_takes_more_than_extreme():
+    make = linear_estimate(16 * GIB, 50 * 2**20, GIB)
+    spec = spec_with(768)
+    micro = {
+        m: tiers.adapt(spec, HardwareProfile(), make(spec), m)[0].runtime.micro_batch_size
+        for m in MODE_TARGETS
+    }
+    assert micro["conservative"] <= micro["balanced"] <= micro["extreme"]
+
+
+def test_model_shrinks_only_when_a_micro_batch_of_one_does_not_fit_and_says_so():
+    make = linear_estimate(GIB, 0, 0, per_hidden_row=GIB // 2)  # hidden 256 -> 2 GiB per row
+    spec = spec_with(8, hidden=256)
+    adapted, changes = tiers.adapt(spec, HardwareProfile(), make(spec), "balanced")
+    assert adapted.arch.hidden_size < 256
+    shrunk = [c for c in changes if c[0] == "arch.hidden_size"]
+    assert shrunk and tiers.SHRUNK in shrunk[0][3]
+    roomy = linear_estimate(64 * GIB, 0, 0, per_hidden_row=GIB // 2)
+    kept, changes = tiers.adapt(spec, HardwareProfile(), roomy(spec), "balanced")
+    assert kept.arch == spec.arch and not any(tiers.SHRUNK in c[3] for c in changes)
+
+
+def test_bf16_chosen_only_where_native_and_only_for_auto():
+    make = linear_estimate(8 * GIB, 2**20, 0)
+    auto = attrs.evolve(spec_with(8), runtime=RuntimeSpec(precision="auto", threads=1))
+    native = HardwareProfile(cpu_native_bf16=True)
+    assert tiers.adapt(auto, native, make(auto), "balanced")[0].runtime.precision == "bf16"
+    plain = HardwareProfile(cpu_native_bf16=False)
+    assert tiers.adapt(auto, plain, make(auto), "balanced")[0].runtime.precision == "auto"
+    fixed = spec_with(8)  # explicit fp32 is the user's choice
+    assert tiers.adapt(fixed, native, make(fixed), "balanced")[0].runtime.precision == "fp32"
+
+
+def test_an_explicit_micro_batch_that_fits_is_kept():
+    make = linear_estimate(8 * GIB, 2**20, 0)
+    spec = attrs.evolve(
+        spec_with(64), runtime=RuntimeSpec(precision="fp32", threads=1, micro_batch_size=8)
+    )
+    adapted, changes = tiers.adapt(spec, HardwareProfile(), make(spec), "extreme")
+    assert adapted.runtime.micro_batch_size == 8 and changes == []
+
+
+@pytest.mark.parametrize("n", [1, 12, 768])
+def test_divisors_are_complete_and_descending(n):
+    found = tiers.divisors_descending(n)
+    assert found == sorted(found, reverse=True)
+    assert found == [d for d in range(n, 0, -1) if n % d == 0]
