@@ -208,6 +208,7 @@ def test_thread_env_per_library() -> None:
         "OMP_NUM_THREADS": "4",
         "MKL_NUM_THREADS": "4",
         "MKL_DYNAMIC": "FALSE",
+        "OMP_WAIT_POLICY": "PASSIVE",
     }
     assert mkl.thread_env(8, "accelerate") == {
         "OMP_NUM_THREADS": "8",
@@ -241,7 +242,7 @@ def test_ensure_env_never_overrides_and_relaunches_only_the_command(monkeypatch)
 
 def test_mkl_plugin_wraps_the_cpu_choice_and_reports_what_it_did(monkeypatch) -> None:
     monkeypatch.setattr(launch_env, "launched_as_command", lambda: False)
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MKL_DYNAMIC", "VECLIB_MAXIMUM_THREADS"):
+    for name in mkl.thread_env(1, "mkl").keys() | {"VECLIB_MAXIMUM_THREADS"}:
         monkeypatch.delenv(name, raising=False)
     pm = load_plugins(["mkl"])
     info = {i.name: i for i in pm.infos}

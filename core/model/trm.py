@@ -266,6 +266,13 @@ class TinyRecursiveModel(nn.Module):
     def cos_sin(self) -> CosSin | None:
         return None if self.rotary_emb is None else self.rotary_emb()
 
+    def autocast_dtype(self) -> torch.dtype | None:
+        """The autocast dtype in effect on the model's device, or None without autocast."""
+        device_type = self.H_init.device.type
+        if not torch.is_autocast_enabled(device_type):
+            return None
+        return torch.get_autocast_dtype(device_type)
+
     def network_for_step(self) -> Callable[..., Tensor]:
         """``net`` as this supervision step calls it: ``f(h, injection, cos_sin) -> h``.
 
@@ -275,10 +282,9 @@ class TinyRecursiveModel(nn.Module):
         part of the autograd graph, so gradients still reach the float32 weights. Without
         autocast it is ``net`` itself.
         """
-        device_type = self.H_init.device.type
-        if not torch.is_autocast_enabled(device_type):
+        dtype = self.autocast_dtype()
+        if dtype is None:
             return self.net
-        dtype = torch.get_autocast_dtype(device_type)
         weights = {name: p.to(dtype) for name, p in self.net.named_parameters()}
 
         def call(h: Tensor, injection: Tensor, cos_sin: CosSin | None) -> Tensor:
@@ -298,8 +304,13 @@ class TinyRecursiveModel(nn.Module):
         x = self.input_embeddings(data["inputs"], data["puzzle_identifiers"])
         arch = self.arch
         position_major = self.net.position_major
+        # As in the reference, under autocast the states are kept in the autocast dtype
+        # (norms compute in float32); the MLP variant also goes position-major here.
+        dtype = self.autocast_dtype()
+        states = (z_H, z_L, x)
         if position_major:  # [B, P, D] -> [P, B, D] for the whole recursion
-            z_H, z_L, x = (t.transpose(0, 1).contiguous() for t in (z_H, z_L, x))
+            states = tuple(t.transpose(0, 1) for t in states)
+        z_H, z_L, x = (t.to(dtype=dtype, memory_format=torch.contiguous_format) for t in states)
         net = self.network_for_step()
         with torch.no_grad():
             for _ in range(arch.H_cycles - 1):

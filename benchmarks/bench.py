@@ -1,0 +1,100 @@
+"""Training speed of trm on this machine: `trm bench` over a set of specs and plugin choices.
+
+Usage: python benchmarks/bench.py [--specs sudoku-extreme-mlp,sudoku-extreme-att]
+[--plugins-variants ",mkl"] [--steps 3] [--warmup 2] [--batch N] [--repeat 1] [--json]
+[--markdown]. Each run is a fresh `trm bench SPEC --json` process (so the mkl plugin's
+thread environment takes effect before torch loads). Prints a table, one JSON document with
+--json, or table rows for docs/performance.md with --markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+from typing import Any
+
+COLUMNS = (
+    ("spec", "spec", "{}"),
+    ("plugins", "plugins", "{}"),
+    ("precision", "precision", "{}"),
+    ("batch", "batch_size", "{}"),
+    ("samples/s", "samples_per_s", "{:.3f}"),
+    ("GFLOP/sample", "gflop_per_sample", "{:.2f}"),
+    ("GFLOP/s", "achieved_gflops", "{:.1f}"),
+    ("peak GFLOP/s", "peak_gflops", "{:.1f}"),
+    ("MFU", "mfu", "{:.3f}"),
+    ("plain samples/s", "plain_samples_per_s", "{:.3f}"),
+    ("plain MFU fp32", "plain_mfu_fp32", "{:.3f}"),
+    ("trm/plain", "speedup_vs_plain", "{:.2f}"),
+    ("other load", "other_load_trm", "{:.0%}"),
+)
+
+
+def run_one(spec: str, plugins: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One `trm bench` process; its JSON report plus the variant's names."""
+    command = [sys.executable, "-m", "trm", "bench", spec, "--json"]
+    command += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
+    if args.batch:
+        command += ["--batch", str(args.batch)]
+    if plugins:
+        command += ["--plugins", plugins]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        raise SystemExit(f"trm bench {spec} --plugins {plugins or '-'} failed")
+    report = json.loads(done.stdout)
+    report["plugins"] = plugins or "default"
+    report["gflop_per_sample"] = report["flops_per_sample"] / 1e9
+    return report
+
+
+def cell(report: dict[str, Any], key: str, pattern: str) -> str:
+    value = report.get(key)
+    return "-" if value is None else pattern.format(value)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--specs", default="sudoku-extreme-mlp,sudoku-extreme-att")
+    parser.add_argument(
+        "--plugins-variants",
+        default=",mkl",
+        help="comma-separated --plugins values to compare; empty means the defaults",
+    )
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=0, help="samples per step (0: trm's default)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per variant (noisy machines)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--markdown", action="store_true", help="print markdown table rows")
+    args = parser.parse_args()
+
+    reports = []
+    for spec in [s for s in args.specs.split(",") if s]:
+        for plugins in args.plugins_variants.split(","):
+            for _ in range(args.repeat):
+                print(f"bench: {spec} --plugins {plugins or 'default'}", file=sys.stderr)
+                reports.append(run_one(spec, plugins.strip(), args))
+    if args.json:
+        machine = {"machine": platform.machine(), "processor": platform.processor()}
+        print(json.dumps({"machine": machine, "runs": reports}, indent=2))
+        return
+    headers = [title for title, _, _ in COLUMNS]
+    rows = [[cell(r, key, pattern) for _, key, pattern in COLUMNS] for r in reports]
+    if args.markdown:
+        print("| " + " | ".join(headers) + " |")
+        print("|" + "---|" * len(headers))
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+        return
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    print("  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)))
+    for row in rows:
+        print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+
+
+if __name__ == "__main__":
+    main()
