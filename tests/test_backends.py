@@ -13,11 +13,12 @@ import trm.compile as trm_compile
 from trm.compile import choose_compile, compile_for_runtime, compile_unavailable_reason
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile
-from trm.model import ACTLoss, TinyRecursiveModel
+from trm.model import ACTLoss, AdamATan2, TinyRecursiveModel, build_optimizers
+from trm.model.optim import fused_adamw_supported
 from trm.plugin_manager import load_plugins
 from trm.plugins import cpu, cuda, launch_env, mkl, mps
 from trm.runtime import RuntimeChoice
-from trm.spec import ArchSpec, RunSpec, RuntimeSpec
+from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec
 
 LARGE = ArchSpec()  # the paper's 512-wide network
 SMALL = ArchSpec(hidden_size=64, num_heads=4)
@@ -359,3 +360,42 @@ def test_under_autocast_the_network_sees_weights_cast_once_per_step() -> None:
     seen.clear()
     model(model.initial_carry(batch), batch)  # without autocast: the float32 weights
     assert {dtype for dtype, _ in seen} == {torch.float32}
+
+
+# ------------------------------------------------------------------ optimizer steps
+
+
+def test_adam_atan2_multi_tensor_step_follows_the_formula_per_parameter() -> None:
+    torch.manual_seed(5)
+    params = [torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(torch.randn(5))]
+    opt = AdamATan2(params, lr=0.05, betas=(0.8, 0.9), weight_decay=0.2)
+    reference = [p.detach().double().clone() for p in params]
+    moments = [(torch.zeros_like(r), torch.zeros_like(r), 0) for r in reference]
+    for step in range(4):
+        grads = [torch.randn_like(p) for p in params]
+        skip = step == 2  # the second parameter gets no gradient this step: its t lags
+        for i, (p, g) in enumerate(zip(params, grads, strict=True)):
+            p.grad = None if (skip and i == 1) else g
+        opt.step()
+        for i, g in enumerate(grads):
+            if skip and i == 1:
+                continue
+            m, v, t = moments[i]
+            t += 1
+            g64 = g.double()
+            m = 0.8 * m + 0.2 * g64
+            v = 0.9 * v + 0.1 * g64 * g64
+            r = reference[i] * (1 - 0.05 * 0.2)
+            r = r - 0.05 / (1 - 0.8**t) * torch.atan2(m, (v / (1 - 0.9**t)).sqrt())
+            reference[i], moments[i] = r, (m, v, t)
+    for p, r in zip(params, reference, strict=True):
+        torch.testing.assert_close(p.detach().double(), r, rtol=1e-5, atol=1e-6)
+
+
+def test_adamw_is_fused_on_cpu_and_cuda_parameters() -> None:
+    assert fused_adamw_supported([torch.zeros(2), torch.zeros(3)])
+    assert not fused_adamw_supported([])
+    assert not fused_adamw_supported([torch.zeros(2, dtype=torch.float64)])
+    model = TinyRecursiveModel(ArchSpec(hidden_size=16, num_heads=2, L_layers=1), 4, 5, 2)
+    dense = build_optimizers(model, TrainSpec(optimizer="adamw"))[-1]
+    assert dense.defaults["fused"] is True

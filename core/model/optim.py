@@ -50,11 +50,8 @@ class AdamATan2(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            lr, wd = group["lr"], group["weight_decay"]
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            params = [p for p in group["params"] if p.grad is not None]
+            for p in params:
                 if p.grad.is_sparse:
                     raise RuntimeError("AdamATan2 does not support sparse gradients")
                 state = self.state[p]
@@ -63,22 +60,53 @@ class AdamATan2(torch.optim.Optimizer):
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["step"] += 1
-                t = state["step"].item()
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                grad = p.grad.to(exp_avg.dtype)
-                p.mul_(1.0 - lr * wd)
-                exp_avg.lerp_(grad, 1.0 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-                denom = exp_avg_sq.sqrt() / math.sqrt(1.0 - beta2**t)
-                step_size = lr / (1.0 - beta1**t)
-                p.add_(torch.atan2(exp_avg, denom).to(p.dtype), alpha=-step_size)
+            if len({(p.device, p.dtype) for p in params}) == 1:
+                self._update_together(params, group)
+            else:
+                for p in params:
+                    self._update_together([p], group)
         return loss
+
+    def _update_together(self, params: list[torch.Tensor], group: dict[str, Any]) -> None:
+        """The update of ``params`` (one device and dtype) with multi-tensor (foreach) ops."""
+        lr, wd = group["lr"], group["weight_decay"]
+        beta1, beta2 = group["betas"]
+        states = [self.state[p] for p in params]
+        steps = [s["step"].item() for s in states]
+        exp_avgs = [s["exp_avg"] for s in states]
+        exp_avg_sqs = [s["exp_avg_sq"] for s in states]
+        grads = [p.grad.to(m.dtype) for p, m in zip(params, exp_avgs, strict=True)]
+        torch._foreach_mul_(params, 1.0 - lr * wd)
+        torch._foreach_lerp_(exp_avgs, grads, 1.0 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1.0 - beta2)
+        denoms = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denoms, [math.sqrt(1.0 - beta2**t) for t in steps])
+        updates = [
+            torch.atan2(m, d).to(p.dtype) for m, d, p in zip(exp_avgs, denoms, params, strict=True)
+        ]
+        torch._foreach_mul_(updates, [-lr / (1.0 - beta1**t) for t in steps])
+        torch._foreach_add_(params, updates)
+
+
+def fused_adamw_supported(params: list[torch.Tensor]) -> bool:
+    """Whether torch's fused AdamW kernel can update ``params``: one CUDA or CPU device,
+    floating point (fewer kernels and no per-parameter Python loop)."""
+    if not params:
+        return False
+    devices = {p.device for p in params}
+    return (
+        len(devices) == 1
+        and next(iter(devices)).type in ("cuda", "cpu")
+        and all(p.dtype in (torch.float32, torch.float16, torch.bfloat16) for p in params)
+    )
 
 
 def build_optimizers(model: nn.Module, train: TrainSpec) -> list[Any]:
     """``[SignSGDSparse for the puzzle table (if the model has one), dense optimizer]``.
 
-    The dense optimizer (``train.optimizer``: ``adam_atan2`` or ``adamw``) gets every
+    The dense optimizer (``train.optimizer``: ``adam_atan2`` or ``adamw``, fused where
+    :func:`fused_adamw_supported`; AdamATan2 always updates with multi-tensor ops) gets every
     trainable parameter with ``train.lr``, ``(beta1, beta2)`` and ``weight_decay``; the
     sparse one gets ``puzzle_emb_lr``/``puzzle_emb_weight_decay``. Each param group records
     its base learning rate under ``"base_lr"`` for :func:`lr_at_step`.
@@ -98,7 +126,13 @@ def build_optimizers(model: nn.Module, train: TrainSpec) -> list[Any]:
             params, lr=train.lr, betas=betas, weight_decay=train.weight_decay
         )
     elif train.optimizer == "adamw":
-        dense = torch.optim.AdamW(params, lr=train.lr, betas=betas, weight_decay=train.weight_decay)
+        dense = torch.optim.AdamW(
+            params,
+            lr=train.lr,
+            betas=betas,
+            weight_decay=train.weight_decay,
+            fused=fused_adamw_supported(params) or None,
+        )
     else:
         raise ValueError(f"unknown optimizer {train.optimizer!r}; use adam_atan2 or adamw")
     for group in dense.param_groups:
