@@ -103,7 +103,7 @@ def test_cuda_runs_put_model_items_on_the_device_and_add_the_context():
 
 
 def test_the_built_in_estimator_has_every_trm_testing_property():
-    skipped = check_memory_estimator(memory_estimator, max_examples=15)
+    skipped = check_memory_estimator(memory_estimator, max_examples=10)
     assert set(skipped) <= {"checkpointing_never_above_without"}
 
 
