@@ -209,7 +209,6 @@ def test_thread_env_per_library() -> None:
         "OMP_NUM_THREADS": "4",
         "MKL_NUM_THREADS": "4",
         "MKL_DYNAMIC": "FALSE",
-        "OMP_WAIT_POLICY": "PASSIVE",
     }
     assert mkl.thread_env(8, "accelerate") == {
         "OMP_NUM_THREADS": "8",
@@ -232,8 +231,8 @@ def test_ensure_env_never_overrides_and_relaunches_only_the_command(monkeypatch)
     launch_env.ensure_env(wanted, "who", "why")
     ((_program, argv, env),) = calls
     assert argv[1:3] == ["-m", "trm"] and env["TRM_TEST_B"] == "2"
-    assert env["TRM_TEST_A"] == "mine" and env[launch_env.RELAUNCH_MARK] == "1"
-    monkeypatch.setenv(launch_env.RELAUNCH_MARK, "1")  # never twice
+    assert env["TRM_TEST_A"] == "mine" and env[launch_env.RELAUNCH_MARK] == "TRM_TEST_B"
+    monkeypatch.setenv(launch_env.RELAUNCH_MARK, "OTHER,TRM_TEST_B")  # never twice
     assert "export" in launch_env.ensure_env(wanted, "who", "why")[0]
     monkeypatch.setenv("TRM_TEST_B", "2")
     assert launch_env.ensure_env(wanted, "who", "why") == [
@@ -399,3 +398,18 @@ def test_adamw_is_fused_on_cpu_and_cuda_parameters() -> None:
     model = TinyRecursiveModel(ArchSpec(hidden_size=16, num_heads=2, L_layers=1), 4, 5, 2)
     dense = build_optimizers(model, TrainSpec(optimizer="adamw"))[-1]
     assert dense.defaults["fused"] is True
+
+
+def test_cpu_backend_relaunches_the_command_once_so_idle_threads_sleep(monkeypatch) -> None:
+    calls: list[tuple] = []
+    monkeypatch.setattr(launch_env, "launched_as_command", lambda: True)
+    monkeypatch.setattr(launch_env.os, "execve", lambda *a: calls.append(a))
+    monkeypatch.delenv(launch_env.RELAUNCH_MARK, raising=False)
+    monkeypatch.delenv(launch_env.NO_RELAUNCH, raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    cpu.configure_runtime(spec_with(SMALL), HardwareProfile(physical_cores=1))
+    ((_program, _argv, env),) = calls
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's choice stands
+    cpu.configure_runtime(spec_with(SMALL), HardwareProfile(physical_cores=1))
+    assert len(calls) == 1
