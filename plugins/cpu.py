@@ -10,17 +10,10 @@ from trm import hookimpl
 from trm.compile import choose_compile
 from trm.flops import matmul_bound
 from trm.hardware import HardwareProfile
-from trm.plugins.launch_env import relaunch_if_missing
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 
 ACTIVATION = "default"
-
-# Idle OpenMP threads sleep instead of spinning. With other busy processes on the machine,
-# spinning threads take the cores the working ones need: training steps ran 1.5-2x faster
-# with it on this project's 2-core test machine, and no slower when it was quiet
-# (docs/performance.md). OpenMP reads it only when torch loads, hence the re-launch.
-CPU_THREAD_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def _usable_cores(hardware: HardwareProfile) -> int:
@@ -54,16 +47,13 @@ def choose_cpu_precision(
 def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | None:
     """The CPU answers for ``auto`` (when no accelerator plugin did) and ``cpu``.
 
-    The ``trm`` command is first re-launched once with ``CPU_THREAD_ENV`` unless it is set
-    (as a library, the caller's environment is left alone). Threads: ``runtime.threads`` or
-    the physical cores this process may use. Precision: see
+    Threads: ``runtime.threads`` or the physical cores this process may use. Precision: see
     :func:`choose_cpu_precision`. Compilation: :func:`trm.compile.choose_compile`. Both
     ``auto`` choices depend on :func:`trm.flops.matmul_bound`.
     """
     runtime = spec.runtime
     if runtime.device not in ("auto", "cpu"):
         return None
-    relaunch_if_missing(CPU_THREAD_ENV, "cpu", "idle OpenMP threads sleep instead of spinning")
     threads = runtime.threads or _usable_cores(hardware)
     torch.set_num_threads(threads)
     large = matmul_bound(spec.arch)

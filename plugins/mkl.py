@@ -10,9 +10,9 @@ notices, which ``trm run`` and ``trm bench`` print at start.
 Settings kept are only those measured to help (docs/performance.md has the numbers):
 thread counts pinned to the backend's choice (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``,
 ``MKL_DYNAMIC=FALSE`` so MKL never uses fewer; ``VECLIB_MAXIMUM_THREADS`` on macOS).
-``OMP_WAIT_POLICY=PASSIVE``, which helped most, is set by the cpu backend for every CPU run.
-Thread pinning (``OMP_PROC_BIND``/``OMP_PLACES``) and active spinning did not help and are
-not set.
+``OMP_WAIT_POLICY`` is left to the OpenMP default (spin briefly, then sleep): on a quiet
+machine both ``PASSIVE`` and ``ACTIVE`` made training steps slower (docs/performance.md).
+Thread pinning (``OMP_PROC_BIND``/``OMP_PLACES``) did not help and is not set.
 """
 
 from __future__ import annotations

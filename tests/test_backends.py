@@ -398,18 +398,3 @@ def test_adamw_is_fused_on_cpu_and_cuda_parameters() -> None:
     model = TinyRecursiveModel(ArchSpec(hidden_size=16, num_heads=2, L_layers=1), 4, 5, 2)
     dense = build_optimizers(model, TrainSpec(optimizer="adamw"))[-1]
     assert dense.defaults["fused"] is True
-
-
-def test_cpu_backend_relaunches_the_command_once_so_idle_threads_sleep(monkeypatch) -> None:
-    calls: list[tuple] = []
-    monkeypatch.setattr(launch_env, "launched_as_command", lambda: True)
-    monkeypatch.setattr(launch_env.os, "execve", lambda *a: calls.append(a))
-    monkeypatch.delenv(launch_env.RELAUNCH_MARK, raising=False)
-    monkeypatch.delenv(launch_env.NO_RELAUNCH, raising=False)
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    cpu.configure_runtime(spec_with(SMALL), HardwareProfile(physical_cores=1))
-    ((_program, _argv, env),) = calls
-    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's choice stands
-    cpu.configure_runtime(spec_with(SMALL), HardwareProfile(physical_cores=1))
-    assert len(calls) == 1
