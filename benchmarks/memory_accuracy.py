@@ -43,7 +43,7 @@ SEQ_LEN, VOCAB = 81, 11  # 9x9 Sudoku
 # (label, arch overrides, micro/global batch, precision); at least 20 rows over batch 1-512,
 # hidden 64-512, cycles, attention and mlp_t, fp32 and bf16.
 _SMALL = {"puzzle_emb_ndim": 0, "puzzle_emb_len": 1}
-GRID: list[tuple[str, dict[str, Any], int, str]] = [
+GRID: list[tuple[Any, ...]] = [
     ("mlp h64 b1", {"hidden_size": 64, "num_heads": 4, "mlp_t": True, **_SMALL}, 1, "fp32"),
     ("mlp h64 b64", {"hidden_size": 64, "num_heads": 4, "mlp_t": True, **_SMALL}, 64, "fp32"),
     (
@@ -96,22 +96,27 @@ GRID: list[tuple[str, dict[str, Any], int, str]] = [
     ("att h512 b2", {"hidden_size": 512}, 2, "fp32"),
     ("att h512 b16 bf16", {"hidden_size": 512}, 16, "bf16"),
     ("att h512 b32 L3 bf16", {"hidden_size": 512, "L_cycles": 3}, 32, "bf16"),
+    # torch.compile (Inductor) keeps a different set of tensors: rows with the compile flag
+    ("mlp h512 b16 bf16 comp", {"hidden_size": 512, "mlp_t": True}, 16, "bf16", True),
+    ("mlp h256 b32 comp", {"hidden_size": 256, "num_heads": 4, "mlp_t": True}, 32, "fp32", True),
+    ("att h512 b16 bf16 comp", {"hidden_size": 512}, 16, "bf16", True),
+    ("att h256 b16 comp", {"hidden_size": 256, "num_heads": 4}, 16, "fp32", True),
 ]
 
 
-def build_spec(arch: dict[str, Any], batch: int, precision: str) -> Any:
+def build_spec(arch: dict[str, Any], batch: int, precision: str, compiled: bool = False) -> Any:
     from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec
 
     return RunSpec(
         name="memory-accuracy",
         arch=ArchSpec(**arch),
         train=TrainSpec(global_batch_size=batch, max_steps=2, ema=True),
-        runtime=RuntimeSpec(device="cpu", precision=precision, compile="off"),
+        runtime=RuntimeSpec(device="cpu", precision=precision, compile="on" if compiled else "off"),
     )
 
 
 def predicted_bytes(
-    arch: dict[str, Any], batch: int, precision: str, device: str
+    arch: dict[str, Any], batch: int, precision: str, device: str, compiled: bool = False
 ) -> tuple[int, dict[str, int]]:
     """Estimator total for the row, less the items the measurement leaves out."""
     from trm.hardware import HardwareProfile
@@ -119,8 +124,8 @@ def predicted_bytes(
     from trm.plugins.memory_estimator import estimate_items
     from trm.runtime import RuntimeChoice
 
-    spec = build_spec(arch, batch, precision)
-    runtime = RuntimeChoice(device=device, precision=precision, threads=2, compile=False)
+    spec = build_spec(arch, batch, precision, compiled)
+    runtime = RuntimeChoice(device=device, precision=precision, threads=2, compile=compiled)
     items = estimate_items(
         spec, HardwareProfile(), runtime, DatasetShape(SEQ_LEN, VOCAB, 1), process_baseline_bytes=0
     )
@@ -169,6 +174,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     import torch
 
+    from trm.compile import compile_for_runtime
     from trm.evaluate import to_device
     from trm.model import EMA, TinyRecursiveModel, build_optimizers
     from trm.runtime import RuntimeChoice
@@ -176,7 +182,8 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
 
     torch.set_num_threads(2)
     device = torch.device(config["device"])
-    spec = build_spec(config["arch"], config["batch"], config["precision"])
+    compiled = bool(config.get("compile"))
+    spec = build_spec(config["arch"], config["batch"], config["precision"], compiled)
     batch_size = config["batch"]
     rng = np.random.default_rng(0)
     batch_np = {
@@ -184,7 +191,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
         "labels": rng.integers(2, VOCAB, (batch_size, SEQ_LEN)),
         "puzzle_identifiers": np.zeros(batch_size, dtype=np.int64),
     }
-    runtime = RuntimeChoice(str(device), config["precision"], 2, False)
+    runtime = RuntimeChoice(str(device), config["precision"], 2, compiled)
     dtype = runtime.autocast_dtype
     method = "VmHWM after clear_refs"
     sampler = None
@@ -203,6 +210,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
 
     model = TinyRecursiveModel(spec.arch, SEQ_LEN, VOCAB, 1).to(device)
     model.train()
+    compile_for_runtime(model, runtime)  # as trm run does; a no-op unless compiled
     optimizers = build_optimizers(model, spec.train)
     ema = EMA(model, spec.train.ema_rate)
     device_batch = to_device(batch_np, device)
@@ -242,8 +250,15 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_row(index: int, device: str) -> dict[str, Any]:
-    label, arch, batch, precision = GRID[index]
-    config = {"arch": arch, "batch": batch, "precision": precision, "device": device}
+    label, arch, batch, precision, *flags = GRID[index]
+    compiled = bool(flags and flags[0])
+    config = {
+        "arch": arch,
+        "batch": batch,
+        "precision": precision,
+        "device": device,
+        "compile": compiled,
+    }
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, __file__, "--child", json.dumps(config)],
@@ -255,7 +270,7 @@ def run_row(index: int, device: str) -> dict[str, Any]:
     if proc.returncode != 0:
         return {"label": label, "error": proc.stderr.strip().splitlines()[-1:]}
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    predicted, items = predicted_bytes(arch, batch, precision, device)
+    predicted, items = predicted_bytes(arch, batch, precision, device, compiled)
     measured = result["measured_bytes"]
     return {
         "label": label,
