@@ -101,6 +101,7 @@ GRID: list[tuple[Any, ...]] = [
     ("mlp h256 b32 comp", {"hidden_size": 256, "num_heads": 4, "mlp_t": True}, 32, "fp32", True),
     ("att h512 b16 bf16 comp", {"hidden_size": 512}, 16, "bf16", True),
     ("att h256 b16 comp", {"hidden_size": 256, "num_heads": 4}, 16, "fp32", True),
+    ("mlp h512 b96 bf16 comp", {"hidden_size": 512, "mlp_t": True}, 96, "bf16", True),
 ]
 
 

@@ -5,10 +5,11 @@
 1. ``trm analyze SPEC --generate-configs DIR --json`` fits SPEC (default: the paper's Sudoku
    MLP recipe) to the three tiers and records the host memory budget it planned against;
 2. each generated spec runs unchanged with ``trm run FILE --mode TIER --max-steps N`` in its
-   own process (its data are built first by the same command, in its run directory);
+   own process; the first builds the spec's data in its run directory, the later ones read
+   those with ``--set data.dir=...`` (same data, not built three times);
 3. the measured peak is the run process's maximum resident size (``ru_maxrss`` from
-   ``os.wait4``, which covers the whole process: imports, data build, training), as a share
-   of the budget. The band for a tier with target T is [T - 15 points, T].
+   ``os.wait4``, which covers the whole process: imports, any data build, training), as a
+   share of the budget. The band for a tier with target T is [T - 15 points, T].
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from pathlib import Path
 BAND_POINTS = 0.15
 
 
-def run_tier(path: Path, mode: str, steps: int, out: Path) -> dict:
+def run_tier(path: Path, mode: str, steps: int, out: Path, data_dir: Path | None) -> dict:
     trm = [sys.executable, "-m", "trm"]
     command = [*trm, "run", str(path), "--mode", mode, "--max-steps", str(steps), "--out", str(out)]
+    if data_dir is not None:
+        command += ["--set", f"data.dir={data_dir}"]
     started = time.perf_counter()
     with open(out.with_suffix(".log"), "w") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -65,12 +68,15 @@ def main() -> int:
     )
     plan = json.loads(analyzed.stdout)
     rows = []
+    data_dir: Path | None = None
     wanted = set(args.only.split(",")) if args.only else None
     for tier, path in zip(plan["tiers"], plan["generated_configs"], strict=True):
         mode = tier["mode"]
         if wanted and mode not in wanted:
             continue
-        result = run_tier(Path(path), mode, args.steps, args.out / mode)
+        result = run_tier(Path(path), mode, args.steps, args.out / mode, data_dir)
+        if data_dir is None and (args.out / mode / "data").is_dir():
+            data_dir = (args.out / mode / "data").resolve()
         budget = tier["budget_bytes"]
         share = result["peak_rss_bytes"] / budget
         target = tier["target_fraction"]

@@ -18,8 +18,13 @@ IGNORE_LABEL = -100
 
 
 def to_device(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-    """Host arrays to device tensors (non-blocking from pinned memory where possible)."""
-    return {k: torch.from_numpy(v).to(device, non_blocking=True) for k, v in batch.items()}
+    """Host arrays to ``device`` tensors. For CUDA the arrays are first copied into pinned
+    (page-locked) host memory, so the copies to the GPU run asynchronously (non-blocking)
+    and overlap with the GPU's work; on the CPU the tensors share the arrays' memory."""
+    tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()}
+    if torch.device(device).type != "cuda":
+        return {k: t.to(device) for k, t in tensors.items()}
+    return {k: t.pin_memory().to(device, non_blocking=True) for k, t in tensors.items()}
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None):
