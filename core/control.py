@@ -39,7 +39,7 @@ class TrainControl:
         """Ask for a new micro-batch size; the global batch stays (accumulation adapts).
 
         Applied after the current step (at once, before the retry, from on_out_of_memory).
-        A size that does not divide the global batch is rounded down to one that does.
+        A size is clamped to [1, global batch]; it need not divide the global batch.
         """
         self.micro_batch_request = (size, reason)
 

@@ -319,9 +319,9 @@ def validate(spec: RunSpec, where: str) -> None:
     need(r.threads >= 0, "runtime.threads", "must be 0 (auto) or more")
     need(r.micro_batch_size >= 0, "runtime.micro_batch_size", "must be 0 (whole batch) or more")
     need(
-        r.micro_batch_size == 0 or t.global_batch_size % r.micro_batch_size == 0,
+        r.micro_batch_size <= t.global_batch_size,
         "runtime.micro_batch_size",
-        f"must divide train.global_batch_size={t.global_batch_size}",
+        f"must be at most train.global_batch_size={t.global_batch_size}",
     )
     if problems:
         raise TrmError(f"{where}: " + "; ".join(problems))

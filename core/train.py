@@ -72,11 +72,14 @@ def build_model(spec: RunSpec, shape: dict[str, int]) -> TinyRecursiveModel:
 
 
 def fit_micro_batch(size: int, global_batch: int) -> int:
-    """``size`` clamped to [1, global_batch] and rounded down to a divisor of global_batch."""
-    size = max(1, min(int(size), global_batch))
-    while global_batch % size:
-        size -= 1
-    return size
+    """``size`` clamped to [1, global_batch]. It need not divide the global batch: the step's
+    last micro-batch then holds the remaining rows (see :func:`accumulate_gradients`)."""
+    return max(1, min(int(size), global_batch))
+
+
+def accumulation_steps(micro_batch_size: int, global_batch: int) -> int:
+    """How many micro-batches one optimizer step of ``global_batch`` rows runs."""
+    return -(-global_batch // max(1, micro_batch_size))
 
 
 def accumulate_gradients(
@@ -90,7 +93,8 @@ def accumulate_gradients(
     device: torch.device,
     dtype: torch.dtype | None = None,
 ) -> tuple[list[tuple[slice, TRMCarry]], dict[str, float]]:
-    """Forward and backward over ``batch`` in micro-batches of ``micro_batch_size`` rows.
+    """Forward and backward over ``batch`` in micro-batches of ``micro_batch_size`` rows
+    (the last one holds the remaining rows when the size does not divide the batch).
 
     Each micro-batch runs one supervision step on its rows of ``carry`` with its rows of
     ``min_halt_steps``; its loss sum is divided by ``divisor`` (the global batch size) before
@@ -553,7 +557,8 @@ class Trainer:
         global_batch = self.spec.train.global_batch_size
         self.log(
             f"step {step}: micro-batch {state.micro_batch_size} -> {size} "
-            f"(accumulation {global_batch // size}, global batch {global_batch}): {reason}"
+            f"(accumulation {accumulation_steps(size, global_batch)}, global batch "
+            f"{global_batch}): {reason}"
         )
         self._event(
             step, "micro_batch", old=state.micro_batch_size, new=size, reason=reason, quiet=True

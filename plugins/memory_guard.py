@@ -27,7 +27,7 @@ from trm import hookimpl
 from trm.control import TrainControl
 from trm.oom import free_cached_memory, memory_kind
 from trm.state import TrainState
-from trm.train import fit_micro_batch
+from trm.train import accumulation_steps, fit_micro_batch
 
 ACTIVATION = "default"
 
@@ -105,7 +105,7 @@ class _Guard:
         control.set_micro_batch(
             new,
             f"{reason}; memory-guard halved it (accumulation "
-            f"{global_batch // old} -> {global_batch // new})",
+            f"{accumulation_steps(old, global_batch)} -> {accumulation_steps(new, global_batch)})",
         )
         return True
 

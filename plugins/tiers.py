@@ -7,8 +7,10 @@ batch and picks, in this order:
 1. precision: bf16 autocast where the device multiplies bf16 natively (``runtime.precision``
    ``auto`` only; an explicit choice is kept);
 2. threads: the physical cores this process may use (``runtime.threads`` 0 only);
-3. the largest micro-batch (a divisor of the global batch) whose estimated peak stays under
-   the target, with gradient accumulation making up the rest; an explicit
+3. the largest micro-batch whose estimated peak stays ``ESTIMATE_MARGIN`` (5 points of the
+   budget) under the target, with gradient
+   accumulation making up the rest (the last micro-batch of a step takes the remaining rows
+   when the size does not divide the global batch, so the global batch is always kept); an explicit
    ``runtime.micro_batch_size`` that already fits is kept (so a spec written for one tier
    runs unchanged under another);
 4. only when a micro-batch of 1 does not fit: a smaller model (hidden size halved, then
@@ -31,20 +33,19 @@ from trm.hardware import HardwareProfile, format_bytes
 from trm.memory import MemoryEstimate
 from trm.prepare import MODE_TARGETS
 from trm.spec import RunSpec
+from trm.train import accumulation_steps
 
 ACTIVATION = "default"
 
 TARGETS = MODE_TARGETS
+# Tiers plan this many points of the budget under their target: estimates of real runs land
+# within a few percent of the measured peak (benchmarks/memory_accuracy.py), so a run
+# planned at the target itself could end up just over it.
+ESTIMATE_MARGIN = 0.05
 SHRUNK = "MODEL SHRUNK"
 MIN_HIDDEN = 32
 
 Change = tuple[str, Any, Any, str]
-
-
-def divisors_descending(n: int) -> list[int]:
-    """Every divisor of ``n``, largest first."""
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted({*small, *(n // d for d in small)}, reverse=True)
 
 
 def native_bf16(hardware: HardwareProfile, estimate: MemoryEstimate) -> bool:
@@ -80,12 +81,27 @@ def _get(spec: RunSpec, key: str) -> Any:
 def largest_fitting_micro_batch(
     spec: RunSpec, estimate: MemoryEstimate, target: float
 ) -> tuple[int | None, MemoryEstimate | None]:
-    """The largest divisor of the global batch whose estimate stays within ``target``."""
-    for micro in divisors_descending(spec.train.global_batch_size):
-        trial = estimate.for_spec(_set(spec, "runtime.micro_batch_size", micro))
-        if trial.fits(target):
-            return micro, trial
-    return None, None
+    """The largest micro-batch (1 to the global batch) whose estimate stays within ``target``,
+    with that estimate; (None, None) when a micro-batch of 1 does not fit.
+
+    A binary search: estimates grow with the micro-batch (a property trm.testing checks).
+    """
+
+    def trial(micro: int) -> MemoryEstimate:
+        return estimate.for_spec(_set(spec, "runtime.micro_batch_size", micro))
+
+    low, high = 1, spec.train.global_batch_size
+    best = trial(low)
+    if not best.fits(target):
+        return None, None
+    while low < high:  # invariant: low fits; everything above high does not
+        middle = (low + high + 1) // 2
+        candidate = trial(middle)
+        if candidate.fits(target):
+            low, best = middle, candidate
+        else:
+            high = middle - 1
+    return low, best
 
 
 def _smaller_models(spec: RunSpec) -> list[tuple[str, int]]:
@@ -136,12 +152,13 @@ def adapt(
     if budget is None:
         return spec, changes
     goal = f"{mode}: {target:.0%} of the {where} budget {format_bytes(budget)}"
+    planned = target - ESTIMATE_MARGIN
     current = spec.runtime.micro_batch_size
     if current:
         kept = estimate.for_spec(spec)
         if kept.fits(target):
             return spec, changes  # an explicit micro-batch that fits is the user's choice
-    micro, fitted = largest_fitting_micro_batch(spec, estimate, target)
+    micro, fitted = largest_fitting_micro_batch(spec, estimate, planned)
     while micro is None:
         options = _smaller_models(spec)
         if not options:
@@ -156,14 +173,15 @@ def adapt(
             return _set(spec, "runtime.micro_batch_size", 1), changes
         key, value = options[0]
         change(key, value, f"{SHRUNK}: a micro-batch of 1 does not fit {goal}")
-        micro, fitted = largest_fitting_micro_batch(spec, estimate, target)
+        micro, fitted = largest_fitting_micro_batch(spec, estimate, planned)
     assert fitted is not None
     share = fitted.budget_fraction() or 0.0
-    accumulation = spec.train.global_batch_size // micro
+    accumulation = accumulation_steps(micro, spec.train.global_batch_size)
     change(
         "runtime.micro_batch_size",
         micro,
-        f"largest micro-batch under {goal}: predicted peak {share:.0%} of it, "
+        f"largest micro-batch under {goal} (planned {planned:.0%}, a margin for estimate "
+        f"error): predicted peak {share:.0%} of it, "
         f"{accumulation} accumulation step(s) keep the global batch "
         f"{spec.train.global_batch_size}",
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import attrs
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,17 +41,17 @@ def spec_with(batch: int, hidden: int = 256) -> RunSpec:
     per_row_mib=st.integers(1, 400),
     mode=st.sampled_from(list(MODE_TARGETS)),
 )
-def test_micro_batch_is_the_largest_divisor_under_the_target(batch, per_row_mib, mode):
+def test_micro_batch_is_the_largest_under_the_planned_target(batch, per_row_mib, mode):
     budget = 8 * GIB
     make = linear_estimate(budget, per_row_mib * 2**20, GIB // 4)
     spec = spec_with(batch)
     adapted, changes = tiers.adapt(spec, HardwareProfile(), make(spec), mode)
     micro = adapted.runtime.micro_batch_size
-    target = MODE_TARGETS[mode]
-    assert adapted.train.global_batch_size == batch and batch % micro == 0
+    target = MODE_TARGETS[mode] - tiers.ESTIMATE_MARGIN
+    assert adapted.train.global_batch_size == batch and 1 <= micro <= batch
     if adapted.arch == spec.arch:  # not shrunk
         assert make(adapted).fits(target)
-        bigger = [d for d in tiers.divisors_descending(batch) if d > micro]
+        bigger = range(micro + 1, batch + 1)
         assert all(
             not make(
                 attrs.evolve(adapted, runtime=attrs.evolve(adapted.runtime, micro_batch_size=d))
@@ -102,10 +101,3 @@ def test_an_explicit_micro_batch_that_fits_is_kept():
     )
     adapted, changes = tiers.adapt(spec, HardwareProfile(), make(spec), "extreme")
     assert adapted.runtime.micro_batch_size == 8 and changes == []
-
-
-@pytest.mark.parametrize("n", [1, 12, 768])
-def test_divisors_are_complete_and_descending(n):
-    found = tiers.divisors_descending(n)
-    assert found == sorted(found, reverse=True)
-    assert found == [d for d in range(n, 0, -1) if n % d == 0]
