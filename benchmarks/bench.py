@@ -2,9 +2,10 @@
 
 Usage: python benchmarks/bench.py [--specs sudoku-extreme-mlp,sudoku-extreme-att]
 [--plugins-variants ",mkl"] [--steps 3] [--warmup 2] [--batch N] [--repeat 1] [--json]
-[--markdown]. Each run is a fresh `trm bench SPEC --json` process (so the mkl plugin's
-thread environment takes effect before torch loads). Prints a table, one JSON document with
---json, or table rows for docs/performance.md with --markdown.
+[--markdown] [--from-json FILE]. Each run is a fresh `trm bench SPEC --json` process (so the
+mkl plugin's thread environment takes effect before torch loads). Prints a table, one JSON
+document with --json, or table rows for docs/performance.md with --markdown; --from-json
+prints the table of a document an earlier --json run saved, without measuring again.
 """
 
 from __future__ import annotations
@@ -70,8 +71,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="runs per variant (noisy machines)")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--markdown", action="store_true", help="print markdown table rows")
+    parser.add_argument("--from-json", metavar="FILE", help="table of a saved --json document")
     args = parser.parse_args()
 
+    if args.from_json:
+        with open(args.from_json, encoding="utf-8") as saved:
+            print_table(json.load(saved)["runs"], args.markdown)
+        return
     reports = []
     for spec in [s for s in args.specs.split(",") if s]:
         for plugins in args.plugins_variants.split(","):
@@ -82,9 +88,14 @@ def main() -> None:
         machine = {"machine": platform.machine(), "processor": platform.processor()}
         print(json.dumps({"machine": machine, "runs": reports}, indent=2))
         return
+    print_table(reports, args.markdown)
+
+
+def print_table(reports: list[dict[str, Any]], markdown: bool) -> None:
+    """One row per report: aligned columns, or markdown table rows when ``markdown``."""
     headers = [title for title, _, _ in COLUMNS]
     rows = [[cell(r, key, pattern) for _, key, pattern in COLUMNS] for r in reports]
-    if args.markdown:
+    if markdown:
         print("| " + " | ".join(headers) + " |")
         print("|" + "---|" * len(headers))
         for row in rows:

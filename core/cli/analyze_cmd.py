@@ -126,6 +126,7 @@ def plan_tiers(
     from trm.flops import model_flops
 
     tiers = []
+    peaks: dict[tuple[str, str], float | None] = {}  # one probe per device and precision
     for mode in MODES:
         adapted, changes = adapt_spec(pm, spec, hardware, estimate, mode)
         runtime = choose_runtime(pm, adapted, hardware)
@@ -134,7 +135,10 @@ def plan_tiers(
         budget = fitted.host_budget_bytes if where == "host" else fitted.device_budget_bytes
         micro = adapted.runtime.micro_batch_size or adapted.train.global_batch_size
         flops = model_flops(adapted.arch, dataset.seq_len, dataset.vocab_size).per_sample
-        gflops, _source = device_peak_gflops(hardware, runtime.device, runtime.precision)
+        key = (runtime.device, runtime.precision)
+        if key not in peaks:
+            peaks[key] = device_peak_gflops(hardware, *key)[0]
+        gflops = peaks[key]
         samples_per_s = gflops * 1e9 / flops if gflops else None
         steps = total_steps(adapted, dataset)
         samples = steps * adapted.train.global_batch_size
