@@ -1,7 +1,10 @@
 """Predicted vs measured peak memory of a TRM training step, over a grid of configurations.
 
     python benchmarks/memory_accuracy.py [--json] [--device cpu|cuda] [--only N,M]
-        [--emulated-bf16]
+        [--emulated-bf16] [--from-json FILE [--markdown]]
+
+(``--from-json`` prints the table of a document an earlier ``--json`` run saved, as
+markdown with ``--markdown``, without measuring again.)
 
 Each row runs in a fresh subprocess (so no allocator state, cache or page carries over):
 
@@ -296,6 +299,7 @@ def run_row(index: int, device: str) -> dict[str, Any]:
         "hidden": arch.get("hidden_size", 512),
         "variant": "mlp_t" if arch.get("mlp_t") else "attention",
         "precision": precision,
+        "compiled": compiled,
         "predicted_bytes": predicted,
         "measured_bytes": measured,
         "error": predicted / measured - 1.0 if measured > 0 else None,
@@ -303,6 +307,32 @@ def run_row(index: int, device: str) -> dict[str, Any]:
         "seconds": round(time.perf_counter() - started, 1),
         "items": items,
     }
+
+
+def print_saved(summary: dict[str, Any], markdown: bool) -> None:
+    """The rows of a saved ``--json`` document, aligned or as markdown table rows."""
+    if markdown:
+        print("| row | precision | compiled | predicted MiB | measured MiB | error |")
+        print("|---|---|---|---|---|---|")
+    for row in summary["rows"]:
+        if row.get("measured_bytes") is None:
+            print(f"{row['label']}: failed {row.get('error')}")
+            continue
+        compiled = "yes" if row.get("compiled", row["label"].endswith(" comp")) else "no"
+        cells = (
+            row["label"],
+            row["precision"],
+            compiled,
+            f"{row['predicted_bytes'] / 2**20:.1f}",
+            f"{row['measured_bytes'] / 2**20:.1f}",
+            f"{row['error']:+.1%}",
+        )
+        print("| " + " | ".join(cells) + " |" if markdown else "  ".join(cells))
+    skipped = summary.get("skipped_no_native_bf16") or []
+    print(
+        f"{summary['within_goal']}/{summary['total']} rows within ±{summary['goal']:.0%}"
+        + (f"; skipped (no native bf16): {len(skipped)}" if skipped else "")
+    )
 
 
 def main() -> int:
@@ -315,10 +345,16 @@ def main() -> int:
         action="store_true",
         help="run the bf16 rows on a CPU without native bf16 too (hours)",
     )
+    parser.add_argument("--from-json", metavar="FILE", help="table of a saved --json document")
+    parser.add_argument("--markdown", action="store_true", help="with --from-json: markdown")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
+        return 0
+    if args.from_json:
+        with open(args.from_json, encoding="utf-8") as saved:
+            print_saved(json.load(saved), args.markdown)
         return 0
     indices = [int(i) for i in args.only.split(",")] if args.only else range(len(GRID))
     skipped = []
