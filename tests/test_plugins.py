@@ -80,3 +80,15 @@ def test_trm_plugins_json_lists_hooks_and_state(cli):
     assert "save_checkpoint" in by_name["checkpoint"]["hooks"]
     assert by_name["cpu"]["enabled"] is True
     assert by_name["cpu"]["version"]
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_trm_plugins_table_shows_every_hook_name_whole(cli, monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    result = cli("plugins")
+    assert result.code == 0
+    doc = json.loads(cli("plugins", "--json").out)
+    for plugin in doc["plugins"]:
+        for hook in plugin["hooks"]:
+            assert hook in result.out, (plugin["name"], hook)
+    assert ("what it does" in result.out) == (columns >= 120)

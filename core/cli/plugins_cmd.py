@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 
 import attrs
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from trm.cli.output import print_json
 from trm.plugin_manager import load_plugins
+
+WIDE_COLUMNS = 120
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -23,17 +26,27 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"plugins": [attrs.asdict(info) for info in pm.infos]})
         return 0
-    table = Table(title="trm plugins (entry-point group trm.plugins)")
-    for column in ("name", "on", "activation", "distribution", "hooks", "what it does"):
-        table.add_column(column)
+    console = Console()
+    # Hook names are never cut; the descriptions need a wide terminal (or --json).
+    described = console.width >= WIDE_COLUMNS
+    table = Table(
+        title="trm plugins (entry-point group trm.plugins)",
+        box=box.SIMPLE_HEAD,
+        caption=None if described else "descriptions: a terminal of 120+ columns, or --json",
+    )
+    for column in ("name", "on", "activation", "distribution"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("hooks", no_wrap=True)
+    if described:
+        table.add_column("what it does", ratio=1)
     for info in pm.infos:
-        table.add_row(
+        row = [
             info.name,
             "yes" if info.enabled else "no",
             info.activation,
             f"{info.distribution} {info.version}",
-            ", ".join(info.hooks),
-            info.description,
-        )
-    Console().print(table)
+            "\n".join(info.hooks),
+        ]
+        table.add_row(*row, *([info.description] if described else []))
+    console.print(table)
     return 0
