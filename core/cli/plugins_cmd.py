@@ -32,11 +32,10 @@ def run(args: argparse.Namespace) -> int:
     table = Table(
         title="trm plugins (entry-point group trm.plugins)",
         box=box.SIMPLE_HEAD,
-        caption=None if described else "descriptions: a terminal of 120+ columns, or --json",
+        caption=None if described else f"descriptions: {WIDE_COLUMNS}+ columns, or --json",
     )
-    for column in ("name", "on", "activation", "distribution"):
+    for column in ("name", "on", "activation", "distribution", "hooks"):
         table.add_column(column, no_wrap=True)
-    table.add_column("hooks", no_wrap=True)
     if described:
         table.add_column("what it does", ratio=1)
     for info in pm.infos:
