@@ -190,6 +190,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
 
     from trm.compile import compile_for_runtime
     from trm.evaluate import to_device
+    from trm.host_memory import reuse_freed_memory
     from trm.model import EMA, TinyRecursiveModel, build_optimizers
     from trm.runtime import RuntimeChoice
     from trm.train import accumulate_gradients
@@ -205,7 +206,9 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
         "labels": rng.integers(2, VOCAB, (batch_size, SEQ_LEN)),
         "puzzle_identifiers": np.zeros(batch_size, dtype=np.int64),
     }
-    runtime = RuntimeChoice(str(device), config["precision"], 2, compiled)
+    # as trm run does on a CPU (the cpu plugin's choice, applied when the loop starts)
+    reuse = device.type == "cpu" and reuse_freed_memory()
+    runtime = RuntimeChoice(str(device), config["precision"], 2, compiled, reuse_host_memory=reuse)
     dtype = runtime.autocast_dtype
     method = "VmHWM after clear_refs"
     sampler = None
@@ -257,7 +260,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
         measured = sampler.stop() - start
     else:
         measured = _status_kib("VmHWM") * 1024 - start
-    return {"measured_bytes": int(measured), "method": method}
+    return {"measured_bytes": int(measured), "method": method, "host_memory_reuse": reuse}
 
 
 # ----------------------------------------------------------------------------- parent
@@ -304,6 +307,7 @@ def run_row(index: int, device: str) -> dict[str, Any]:
         "measured_bytes": measured,
         "error": predicted / measured - 1.0 if measured > 0 else None,
         "method": result["method"],
+        "host_memory_reuse": bool(result.get("host_memory_reuse")),
         "seconds": round(time.perf_counter() - started, 1),
         "items": items,
     }

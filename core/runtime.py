@@ -7,13 +7,18 @@ from attrs import frozen
 
 @frozen
 class RuntimeChoice:
-    """Returned by ``configure_runtime``; ``notes`` are shown to the user once at start."""
+    """Returned by ``configure_runtime``; ``notes`` are shown to the user once at start.
+
+    ``reuse_host_memory``: the loop keeps freed host memory for reuse
+    (:func:`trm.host_memory.reuse_freed_memory`) when it starts training.
+    """
 
     device: str
     precision: str
     threads: int
     compile: bool
     notes: tuple[str, ...] = ()
+    reuse_host_memory: bool = False
 
     @property
     def autocast_dtype(self):

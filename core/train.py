@@ -34,6 +34,7 @@ from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex, TrainSampler
 from trm.errors import TrmError
 from trm.evaluate import autocast, evaluate, to_device
+from trm.host_memory import reuse_freed_memory
 from trm.metrics_log import MetricsLog
 from trm.model import EMA, ACTLoss, TinyRecursiveModel, TRMCarry, build_optimizers, lr_at_step
 from trm.oom import free_cached_memory, is_out_of_memory
@@ -231,6 +232,8 @@ class Trainer:
         the error is raised.
         """
         spec, train_cfg = self.spec, self.spec.train
+        if self.runtime.reuse_host_memory:
+            reuse_freed_memory()
         torch.manual_seed(train_cfg.seed)
         train_index, eval_index = self._open_data()
         model = build_model(spec, dataset_shape(train_index.split.metadata)).to(self.device)

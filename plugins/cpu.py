@@ -1,4 +1,5 @@
-"""CPU backend: threads from physical cores, bf16 autocast where native, torch.compile."""
+"""CPU backend: threads from physical cores, bf16 autocast where native, torch.compile, and
+freed host memory kept for reuse."""
 
 from __future__ import annotations
 
@@ -8,12 +9,19 @@ import torch
 
 from trm import hookimpl
 from trm.compile import choose_compile
+from trm.control import TrainControl
 from trm.flops import matmul_bound
 from trm.hardware import HardwareProfile
+from trm.host_memory import IdleMemoryValve
+from trm.host_memory import is_supported as host_memory_reuse_supported
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
+from trm.state import TrainState
 
 ACTIVATION = "default"
+
+# Bounds the idle memory a reusing heap keeps (trm.host_memory); one per training run.
+_valve = IdleMemoryValve()
 
 
 def _usable_cores(hardware: HardwareProfile) -> int:
@@ -52,7 +60,8 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
 
     Threads: ``runtime.threads`` or the physical cores this process may use. Precision: see
     :func:`choose_cpu_precision`. Compilation: :func:`trm.compile.choose_compile`. Both
-    ``auto`` choices depend on :func:`trm.flops.matmul_bound`.
+    ``auto`` choices depend on :func:`trm.flops.matmul_bound`. Host memory: freed blocks are
+    kept for reuse where :mod:`trm.host_memory` can tune the C library (glibc on Linux).
     """
     runtime = spec.runtime
     if runtime.device not in ("auto", "cpu"):
@@ -65,5 +74,28 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
     if compile_note:
         notes.append(compile_note)
     return RuntimeChoice(
-        device="cpu", precision=precision, threads=threads, compile=compile_on, notes=tuple(notes)
+        device="cpu",
+        precision=precision,
+        threads=threads,
+        compile=compile_on,
+        notes=tuple(notes),
+        reuse_host_memory=host_memory_reuse_supported(),
     )
+
+
+@hookimpl
+def on_train_start(state: TrainState, control: TrainControl) -> None:
+    """A fresh idle-memory valve for the run (it learns the run's idle heap anew)."""
+    global _valve
+    _valve = IdleMemoryValve()
+
+
+@hookimpl
+def on_step(state: TrainState, metrics: dict[str, float], control: TrainControl) -> None:
+    """After each step, release idle heap memory that grows past the valve's bound."""
+    released = _valve.after_step()
+    if released is not None:
+        control.log(
+            f"cpu: returned {released / 2**20:.0f} MiB of idle heap memory to the system "
+            f"(more than {_valve.limit_bytes / 2**20:.0f} MiB had built up since the last time)"
+        )
