@@ -21,6 +21,12 @@ allocations and settles (measured: no page faults and a flat RSS from the third 
 nothing guarantees it, so :class:`IdleMemoryValve` bounds the idle part: it learns how much
 free memory the heap holds between the first steps (one step's activations) and returns the
 idle memory to the kernel (``malloc_trim``) whenever it later exceeds twice that plus 256 MiB.
+
+Within a step, large blocks that no longer go back to the kernel can also raise the peak:
+measured on a 2-core Xeon (``benchmarks/memory_accuracy.py``), most configurations peaked
+within 2% of their peak without reuse, but a compiled bf16 MLP at batch 96 peaked 5-16%
+higher. So ``trm run`` keeps reuse only where the predicted peak leaves room for that
+(:func:`reuse_fits`); the extreme tier, which fills memory to about 90%, runs without it.
 """
 
 from __future__ import annotations
@@ -35,6 +41,9 @@ import sys
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _TRIM_NEVER_BYTES = 2**31 - 1  # mallopt takes an int; this is 2 GiB of free top-of-heap
+
+# reuse only where the predicted peak is at most this share of the memory budget
+MAX_BUDGET_FRACTION_FOR_REUSE = 0.75
 
 _applied = False
 
@@ -102,6 +111,13 @@ def reuse_freed_memory() -> bool:
         libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_NEVER_BYTES)
     )
     return _applied
+
+
+def reuse_fits(budget_fraction: float | None) -> bool:
+    """Whether a run whose predicted peak is ``budget_fraction`` of its memory budget
+    (None: unknown) has room for reuse's larger peak (at most
+    :data:`MAX_BUDGET_FRACTION_FOR_REUSE`; unknown counts as no room)."""
+    return budget_fraction is not None and budget_fraction <= MAX_BUDGET_FRACTION_FOR_REUSE
 
 
 def idle_heap_bytes() -> int | None:
