@@ -130,16 +130,28 @@ def build_spec(arch: dict[str, Any], batch: int, precision: str, compiled: bool 
 
 
 def predicted_bytes(
-    arch: dict[str, Any], batch: int, precision: str, device: str, compiled: bool = False
+    arch: dict[str, Any],
+    batch: int,
+    precision: str,
+    device: str,
+    compiled: bool = False,
+    reuse: bool = False,
 ) -> tuple[int, dict[str, int]]:
-    """Estimator total for the row, less the items the measurement leaves out."""
+    """Estimator total for the row, less the items the measurement leaves out; ``reuse``:
+    the child kept freed host memory for reuse (trm.host_memory), as trm run does."""
     from trm.hardware import HardwareProfile
     from trm.memory import DatasetShape
     from trm.plugins.memory_estimator import estimate_items
     from trm.runtime import RuntimeChoice
 
     spec = build_spec(arch, batch, precision, compiled)
-    runtime = RuntimeChoice(device=device, precision=precision, threads=2, compile=compiled)
+    runtime = RuntimeChoice(
+        device=device,
+        precision=precision,
+        threads=2,
+        compile=compiled,
+        reuse_host_memory=reuse,
+    )
     items = estimate_items(
         spec, HardwareProfile(), runtime, DatasetShape(SEQ_LEN, VOCAB, 1), process_baseline_bytes=0
     )
@@ -294,7 +306,8 @@ def run_row(index: int, device: str) -> dict[str, Any]:
     if proc.returncode != 0:
         return {"label": label, "error": proc.stderr.strip().splitlines()[-1:]}
     result = json.loads(proc.stdout.strip().splitlines()[-1])
-    predicted, items = predicted_bytes(arch, batch, precision, device, compiled)
+    reuse = bool(result.get("host_memory_reuse"))
+    predicted, items = predicted_bytes(arch, batch, precision, device, compiled, reuse)
     measured = result["measured_bytes"]
     return {
         "label": label,
@@ -307,7 +320,7 @@ def run_row(index: int, device: str) -> dict[str, Any]:
         "measured_bytes": measured,
         "error": predicted / measured - 1.0 if measured > 0 else None,
         "method": result["method"],
-        "host_memory_reuse": bool(result.get("host_memory_reuse")),
+        "host_memory_reuse": reuse,
         "seconds": round(time.perf_counter() - started, 1),
         "items": items,
     }

@@ -10,9 +10,9 @@ the memory reused (``benchmarks/bench.py`` shows the whole-step effect).
 :func:`reuse_freed_memory` switches glibc to serve large blocks from its heap and to keep
 freed heap memory instead of trimming it (``mallopt``: ``M_MMAP_MAX`` 0, ``M_TRIM_THRESHOLD``
 at its largest), so the second step reuses the first step's pages. The process's resident
-memory then stays at its high-water mark instead of falling between steps: what the memory
-estimator predicts as the peak is what the process holds. Other C libraries (macOS, musl,
-Windows) are left alone.
+memory then stays at its high-water mark instead of falling between steps, and the memory
+estimator (``plugins/memory_estimator.py``) gives every activation, not only those under
+32 MiB, its heap-slack allowance. Other C libraries (macOS, musl, Windows) are left alone.
 
 Kept memory can fragment: glibc cannot serve an aligned request from a freed block of exactly
 the same size, so some allocation patterns leave a hole per round and the heap grows (a loop
@@ -25,8 +25,9 @@ idle memory to the kernel (``malloc_trim``) whenever it later exceeds twice that
 Within a step, large blocks that no longer go back to the kernel can also raise the peak:
 measured on a 2-core Xeon (``benchmarks/memory_accuracy.py``), most configurations peaked
 within 2% of their peak without reuse, but a compiled bf16 MLP at batch 96 peaked 5-16%
-higher. So ``trm run`` keeps reuse only where the predicted peak leaves room for that
-(:func:`reuse_fits`); the extreme tier, which fills memory to about 90%, runs without it.
+higher, varying from run to run. So ``trm run`` keeps reuse only where the predicted peak
+leaves room for that variation (:func:`reuse_fits`); the extreme tier, which fills memory to
+about 90%, runs without it (and so a little under its prediction).
 """
 
 from __future__ import annotations

@@ -419,7 +419,12 @@ def estimate_items(
             CPU_RUNTIME_BYTES,
             "kernel code pages, OpenMP and oneDNN state touched by the first step",
         )
-        small = small_tensor_share(arch, s, precision, micro, runtime.compile)
+        # with host-memory reuse (trm.host_memory) large tensors stay on the heap too
+        small = (
+            1.0
+            if runtime.reuse_host_memory
+            else small_tensor_share(arch, s, precision, micro, runtime.compile)
+        )
         large = LARGE_TENSOR_SLACK if runtime.compile else EAGER_LARGE_TENSOR_SLACK
         slack = small * heap_slack_fraction(arch, precision) + (1 - small) * large
         add(

@@ -88,6 +88,24 @@ def test_weights_item_counts_the_real_parameters():
     assert by_name["puzzle embedding table"] == 4 * model.puzzle_embedding_numel()
 
 
+def test_host_memory_reuse_adds_heap_slack_only_where_tensors_were_mapped():
+    """With reuse every tensor stays on glibc's heap, so activations in tensors of 32 MiB or
+    more get the full heap-slack allowance instead of the smaller one for mapped tensors."""
+
+    def fragmentation(batch: int, reuse: bool) -> int:
+        spec = RunSpec(
+            arch=ArchSpec(hidden_size=512, mlp_t=True), train=TrainSpec(global_batch_size=batch)
+        )
+        runtime = RuntimeChoice("cpu", "bf16", 2, True, reuse_host_memory=reuse)
+        items = memory_estimator.estimate_items(
+            spec, HardwareProfile(), runtime, DatasetShape(81, 11, 1), process_baseline_bytes=0
+        )
+        return {item.name: item.bytes for item in items}["allocator fragmentation"]
+
+    assert fragmentation(2, reuse=True) == fragmentation(2, reuse=False)  # all tensors small
+    assert fragmentation(96, reuse=True) > 1.5 * fragmentation(96, reuse=False)
+
+
 def test_checkpointing_keeps_fewer_activations_than_storing_them():
     arch = ArchSpec(hidden_size=128, num_heads=4, L_cycles=4)
     sizes = memory_estimator.model_sizes(arch, SUDOKU)
