@@ -236,7 +236,7 @@ def host_memory_for_run(
     runtime: RuntimeChoice, estimate: MemoryEstimate, spec: RunSpec
 ) -> RuntimeChoice:
     """``runtime`` with host-memory reuse kept only where the run's predicted peak leaves room
-    for it (:func:`trm.host_memory.reuse_fits`); says so when it turns reuse off."""
+    for it (:func:`trm.host_memory.reuse_fits`); says which it is."""
     if not runtime.reuse_host_memory:
         return runtime
     try:
@@ -244,6 +244,7 @@ def host_memory_for_run(
     except ValueError:
         fraction = estimate.budget_fraction()
     if reuse_fits(fraction):
+        info("host memory: freed blocks are kept for reuse (resident memory stays at its peak)")
         return runtime
     share = "unknown" if fraction is None else f"{fraction:.0%} of the memory budget"
     info(
