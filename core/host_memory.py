@@ -25,9 +25,9 @@ idle memory to the kernel (``malloc_trim``) whenever it later exceeds twice that
 Within a step, large blocks that no longer go back to the kernel can also raise the peak:
 measured on a 2-core Xeon (``benchmarks/memory_accuracy.py``), most configurations peaked
 within 2% of their peak without reuse, but a compiled bf16 MLP at batch 96 peaked 5-16%
-higher, varying from run to run. So ``trm run`` keeps reuse only where the predicted peak
-leaves room for that variation (:func:`reuse_fits`); the extreme tier, which fills memory to
-about 90%, runs without it (and so a little under its prediction).
+higher, varying from run to run. The estimator allows for it (a larger heap slack for
+large tensors under reuse), and the extreme tier, which fills memory to about 90%, sets
+``runtime.host_memory = "system"`` and runs without reuse.
 """
 
 from __future__ import annotations
@@ -42,9 +42,6 @@ import sys
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 _TRIM_NEVER_BYTES = 2**31 - 1  # mallopt takes an int; this is 2 GiB of free top-of-heap
-
-# reuse only where the predicted peak is at most this share of the memory budget
-MAX_BUDGET_FRACTION_FOR_REUSE = 0.75
 
 _applied = False
 
@@ -112,13 +109,6 @@ def reuse_freed_memory() -> bool:
         libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_NEVER_BYTES)
     )
     return _applied
-
-
-def reuse_fits(budget_fraction: float | None) -> bool:
-    """Whether a run whose predicted peak is ``budget_fraction`` of its memory budget
-    (None: unknown) has room for reuse's larger peak (at most
-    :data:`MAX_BUDGET_FRACTION_FOR_REUSE`; unknown counts as no room)."""
-    return budget_fraction is not None and budget_fraction <= MAX_BUDGET_FRACTION_FOR_REUSE
 
 
 def idle_heap_bytes() -> int | None:

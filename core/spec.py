@@ -31,6 +31,7 @@ else:  # pragma: no cover
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 COMPILE_CHOICES = ("auto", "on", "off")
+HOST_MEMORY_CHOICES = ("auto", "reuse", "system")
 POS_ENCODINGS = ("rope", "learned", "none")
 LOSSES = ("stablemax", "softmax")
 OPTIMIZERS = ("adam_atan2", "adamw")
@@ -107,6 +108,9 @@ class RuntimeSpec:
     threads: int = 0
     compile: str = "auto"
     micro_batch_size: int = 0
+    # auto: the backend decides (the cpu plugin keeps freed memory for reuse on Linux/glibc;
+    # the extreme tier sets "system"); reuse: ask for it; system: the C library's defaults
+    host_memory: str = "auto"
 
 
 @frozen
@@ -316,6 +320,11 @@ def validate(spec: RunSpec, where: str) -> None:
     need(r.device in DEVICES, "runtime.device", f"must be one of {DEVICES}")
     need(r.precision in PRECISIONS, "runtime.precision", f"must be one of {PRECISIONS}")
     need(r.compile in COMPILE_CHOICES, "runtime.compile", f"must be one of {COMPILE_CHOICES}")
+    need(
+        r.host_memory in HOST_MEMORY_CHOICES,
+        "runtime.host_memory",
+        f"must be one of {HOST_MEMORY_CHOICES}",
+    )
     need(r.threads >= 0, "runtime.threads", "must be 0 (auto) or more")
     need(r.micro_batch_size >= 0, "runtime.micro_batch_size", "must be 0 (whole batch) or more")
     need(

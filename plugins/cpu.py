@@ -61,7 +61,8 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
     Threads: ``runtime.threads`` or the physical cores this process may use. Precision: see
     :func:`choose_cpu_precision`. Compilation: :func:`trm.compile.choose_compile`. Both
     ``auto`` choices depend on :func:`trm.flops.matmul_bound`. Host memory: freed blocks are
-    kept for reuse where :mod:`trm.host_memory` can tune the C library (glibc on Linux).
+    kept for reuse where :mod:`trm.host_memory` can tune the C library (glibc on Linux),
+    unless ``runtime.host_memory`` is ``system``.
     """
     runtime = spec.runtime
     if runtime.device not in ("auto", "cpu"):
@@ -73,13 +74,18 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
     compile_on, compile_note = choose_compile(runtime.compile, "cpu", large)
     if compile_note:
         notes.append(compile_note)
+    reuse = runtime.host_memory != "system" and host_memory_reuse_supported()
+    if runtime.host_memory == "reuse" and not reuse:
+        notes.append(
+            "runtime.host_memory = 'reuse' needs glibc on Linux; using the C library's defaults"
+        )
     return RuntimeChoice(
         device="cpu",
         precision=precision,
         threads=threads,
         compile=compile_on,
         notes=tuple(notes),
-        reuse_host_memory=host_memory_reuse_supported(),
+        reuse_host_memory=reuse,
     )
 
 

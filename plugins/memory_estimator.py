@@ -79,6 +79,12 @@ HEAP_SLACK_FRACTION = {
 MMAP_THRESHOLD_MAX = 32 * MIB
 LARGE_TENSOR_SLACK = 0.07
 EAGER_LARGE_TENSOR_SLACK = 0.18
+# With host-memory reuse (trm.host_memory) large tensors stay on the heap and leave holes
+# like small ones: they get the block type's heap-slack fraction, except in compiled
+# low-precision runs, whose large blocks fragment more: 0.36, measured by
+# benchmarks/tier_fit.py on the Sudoku MLP recipe (micro-batches 177 and 289, bf16,
+# compiled: 0.37 and 0.34 needed) on a 2-core Xeon with glibc 2.36.
+REUSE_COMPILED_LOW_LARGE_TENSOR_SLACK = 0.36
 # CUDA: the context (driver, kernels) lives outside PyTorch's allocator; the caching
 # allocator rounds and splits blocks; cuBLAS keeps a workspace per stream.
 CUDA_CONTEXT_BYTES = 500 * MIB
@@ -419,20 +425,23 @@ def estimate_items(
             CPU_RUNTIME_BYTES,
             "kernel code pages, OpenMP and oneDNN state touched by the first step",
         )
-        # with host-memory reuse (trm.host_memory) large tensors stay on the heap too
-        small = (
-            1.0
-            if runtime.reuse_host_memory
-            else small_tensor_share(arch, s, precision, micro, runtime.compile)
-        )
+        small = small_tensor_share(arch, s, precision, micro, runtime.compile)
         large = LARGE_TENSOR_SLACK if runtime.compile else EAGER_LARGE_TENSOR_SLACK
+        if runtime.reuse_host_memory:  # large tensors stay on the heap too (trm.host_memory)
+            low = low_bytes(precision) != F32
+            large = (
+                REUSE_COMPILED_LOW_LARGE_TENSOR_SLACK
+                if runtime.compile and low
+                else heap_slack_fraction(arch, precision)
+            )
         slack = small * heap_slack_fraction(arch, precision) + (1 - small) * large
         add(
             "allocator fragmentation",
             slack * activations,
             f"glibc heap slack: {slack:.0%} of the activations ({small:.0%} of them in "
-            f"tensors under {MMAP_THRESHOLD_MAX // MIB} MiB, which stay on the heap; measured "
-            "allowances for this block type and precision on Linux/glibc)",
+            f"tensors under {MMAP_THRESHOLD_MAX // MIB} MiB, which stay on the heap"
+            + ("; host memory reused, so larger ones do too" if runtime.reuse_host_memory else "")
+            + "; measured allowances for this block type and precision on Linux/glibc)",
         )
     if runtime.compile:
         add(

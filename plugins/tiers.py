@@ -6,7 +6,9 @@ batch and picks, in this order:
 
 1. precision: bf16 autocast where the device multiplies bf16 natively (``runtime.precision``
    ``auto`` only; an explicit choice is kept);
-2. threads: the physical cores this process may use (``runtime.threads`` 0 only);
+2. threads: the physical cores this process may use (``runtime.threads`` 0 only); in
+   extreme mode on the host, ``runtime.host_memory = "system"`` (``auto`` only): reused host
+   memory (trm.host_memory) is faster but its peak varies more from run to run;
 3. the largest micro-batch whose estimated peak stays ``ESTIMATE_MARGIN`` (5 points of the
    budget) under the target, with gradient
    accumulation making up the rest (the last micro-batch of a step takes the remaining rows
@@ -147,6 +149,13 @@ def adapt(
         change("runtime.precision", "bf16", "the device multiplies bf16 natively")
     if spec.runtime.threads == 0 and where == "host":
         change("runtime.threads", usable_threads(hardware), "one thread per usable physical core")
+    if mode == "extreme" and where == "host" and spec.runtime.host_memory == "auto":
+        change(
+            "runtime.host_memory",
+            "system",
+            "freed memory kept for reuse is faster but its peak varies more from run to run; "
+            "extreme leaves no room for that",
+        )
 
     budget = estimate.host_budget_bytes if where == "host" else estimate.device_budget_bytes
     if budget is None:

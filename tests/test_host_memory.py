@@ -6,12 +6,13 @@ import json
 import subprocess
 import sys
 
+import attrs
 import pytest
 
 from trm.hardware import HardwareProfile
 from trm.host_memory import is_supported
 from trm.plugins import cpu
-from trm.spec import RunSpec
+from trm.spec import RunSpec, RuntimeSpec
 
 needs_glibc = pytest.mark.skipif(not is_supported(), reason="glibc on Linux only")
 
@@ -123,15 +124,22 @@ def test_cpu_plugin_asks_for_reuse_where_supported() -> None:
     assert choice.reuse_host_memory is is_supported()
 
 
-@pytest.mark.parametrize(("peak_gib", "kept"), [(4, True), (7, False)])
-def test_run_keeps_reuse_only_with_headroom(peak_gib: int, kept: bool) -> None:
-    from trm.cli.run_cmd import host_memory_for_run
-    from trm.memory import MemoryEstimate, MemoryItem
-    from trm.runtime import RuntimeChoice
+@pytest.mark.parametrize("setting", ["auto", "reuse", "system"])
+def test_cpu_plugin_follows_runtime_host_memory(setting: str) -> None:
+    spec = RunSpec(runtime=RuntimeSpec(host_memory=setting))
+    choice = cpu.configure_runtime(spec=spec, hardware=HardwareProfile(physical_cores=2))
+    assert choice.reuse_host_memory is (setting != "system" and is_supported())
 
-    runtime = RuntimeChoice("cpu", "fp32", 2, False, reuse_host_memory=True)
-    estimate = MemoryEstimate(
-        items=(MemoryItem("activations", peak_gib * 2**30),), host_budget_bytes=8 * 2**30
-    )
-    # 4 of 8 GiB is 50% of the budget, 7 of 8 is 88%: above the 75% reuse needs
-    assert host_memory_for_run(runtime, estimate, RunSpec()).reuse_host_memory is kept
+
+def test_extreme_tier_runs_with_the_system_allocator_and_balanced_keeps_auto() -> None:
+    from trm.memory import MemoryEstimate, MemoryItem
+    from trm.plugins import tiers
+
+    estimate = MemoryEstimate(items=(MemoryItem("weights", 2**20),), host_budget_bytes=2**34)
+    estimate = attrs.evolve(estimate, remake=lambda spec: estimate)
+    hardware = HardwareProfile(physical_cores=2)
+    extreme, changes = tiers.adapt(RunSpec(), hardware, estimate, "extreme")
+    assert extreme.runtime.host_memory == "system"
+    assert any(key == "runtime.host_memory" for key, *_ in changes)
+    balanced, _ = tiers.adapt(RunSpec(), hardware, estimate, "balanced")
+    assert balanced.runtime.host_memory == "auto"

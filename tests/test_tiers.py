@@ -97,7 +97,9 @@ def test_bf16_chosen_only_where_native_and_only_for_auto():
 def test_an_explicit_micro_batch_that_fits_is_kept():
     make = linear_estimate(8 * GIB, 2**20, 0)
     spec = attrs.evolve(
-        spec_with(64), runtime=RuntimeSpec(precision="fp32", threads=1, micro_batch_size=8)
+        spec_with(64),
+        # as a spec generated for extreme has them (host_memory too)
+        runtime=RuntimeSpec(precision="fp32", threads=1, micro_batch_size=8, host_memory="system"),
     )
     adapted, changes = tiers.adapt(spec, HardwareProfile(), make(spec), "extreme")
     assert adapted.runtime.micro_batch_size == 8 and changes == []

@@ -21,8 +21,6 @@ from trm.checkpoint_schedule import parse_interval
 from trm.cli.output import info
 from trm.data.puzzle_dataset import open_split
 from trm.errors import TrmError
-from trm.host_memory import reuse_fits
-from trm.memory import MemoryEstimate
 from trm.plugin_manager import load_plugins
 from trm.prepare import (
     EXTREME_RISKS,
@@ -33,7 +31,6 @@ from trm.prepare import (
     ensure_dataset,
     estimate_memory,
 )
-from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec, apply_overrides, load_spec, resolve_spec_path, spec_to_toml
 from trm.state import estimate_checkpoint_bytes
 from trm.train import Trainer, dataset_shape
@@ -184,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
         info(f"adapted {change['key']}: {change['old']} -> {change['new']} ({change['reason']})")
     if any(change["key"].startswith("runtime.") for change in changes):
         runtime = choose_runtime(pm, spec, hardware)  # the tier may have set precision/threads
-    runtime = host_memory_for_run(runtime, estimate, spec)
+    if runtime.reuse_host_memory:
+        info("host memory: freed blocks are kept for reuse (resident memory stays at its peak)")
     if args.mode == "extreme":
         info(f"warning: {EXTREME_RISKS}")
 
@@ -230,25 +228,3 @@ def run(args: argparse.Namespace) -> int:
         info(f"resume with: {resume_command(args, run_dir)}")
         return EXIT_STOPPED
     return 0
-
-
-def host_memory_for_run(
-    runtime: RuntimeChoice, estimate: MemoryEstimate, spec: RunSpec
-) -> RuntimeChoice:
-    """``runtime`` with host-memory reuse kept only where the run's predicted peak leaves room
-    for it (:func:`trm.host_memory.reuse_fits`); says which it is."""
-    if not runtime.reuse_host_memory:
-        return runtime
-    try:
-        fraction = estimate.for_spec(spec).budget_fraction()
-    except ValueError:
-        fraction = estimate.budget_fraction()
-    if reuse_fits(fraction):
-        info("host memory: freed blocks are kept for reuse (resident memory stays at its peak)")
-        return runtime
-    share = "unknown" if fraction is None else f"{fraction:.0%} of the memory budget"
-    info(
-        f"host memory: freed blocks go back to the system (predicted peak {share}; "
-        "keeping them for reuse is faster but can raise the peak)"
-    )
-    return attrs.evolve(runtime, reuse_host_memory=False)
