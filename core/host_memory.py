@@ -11,8 +11,8 @@ the memory reused (``benchmarks/bench.py`` shows the whole-step effect).
 freed heap memory instead of trimming it (``mallopt``: ``M_MMAP_MAX`` 0, ``M_TRIM_THRESHOLD``
 at its largest), so the second step reuses the first step's pages. The process's resident
 memory then stays at its high-water mark instead of falling between steps, and the memory
-estimator (``plugins/memory_estimator.py``) gives every activation, not only those under
-32 MiB, its heap-slack allowance. Other C libraries (macOS, musl, Windows) are left alone.
+estimator (``plugins/memory_estimator.py``) counts heap slack for large activations too.
+Other C libraries (macOS, musl, Windows) are left alone.
 
 Kept memory can fragment: glibc cannot serve an aligned request from a freed block of exactly
 the same size, so some allocation patterns leave a hole per round and the heap grows (a loop
@@ -23,9 +23,9 @@ free memory the heap holds between the first steps (one step's activations) and 
 idle memory to the kernel (``malloc_trim``) whenever it later exceeds twice that plus 256 MiB.
 
 Within a step, large blocks that no longer go back to the kernel can also raise the peak:
-measured on a 2-core Xeon (``benchmarks/memory_accuracy.py``), most configurations peaked
-within 2% of their peak without reuse, but a compiled bf16 MLP at batch 96 peaked 5-16%
-higher, varying from run to run. The estimator allows for it (a larger heap slack for
+of three ``benchmarks/memory_accuracy.py`` rows measured both ways on a 2-core Xeon, two
+peaked within 2% of their peak without reuse, but a compiled bf16 MLP at batch 96 peaked 5%
+and 16% higher in two runs. The estimator allows for it (a larger heap slack for
 large tensors under reuse), and the extreme tier, which fills memory to about 90%, sets
 ``runtime.host_memory = "system"`` and runs without reuse.
 """
@@ -87,11 +87,6 @@ def _libc() -> ctypes.CDLL | None:
 def is_supported() -> bool:
     """True where the C library is glibc >= 2.33 on Linux (the only one this module tunes)."""
     return _libc() is not None
-
-
-def is_applied() -> bool:
-    """True once :func:`reuse_freed_memory` has switched this process to reuse."""
-    return _applied
 
 
 def reuse_freed_memory() -> bool:
