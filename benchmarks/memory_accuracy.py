@@ -15,7 +15,7 @@ Each row runs in a fresh subprocess (so no allocator state, cache or page carrie
    peak *since the baseline*. Where clear_refs cannot be written, a thread samples the RSS
    every millisecond instead (psutil) and its maximum is used (the method is reported);
 3. build the model, optimizers and EMA exactly as ``trm run`` does, and run two optimizer
-   steps with the loop's own :func:`trm.train.accumulate_gradients` followed by the carry
+   steps with the loop's own :func:`trm.train.step.accumulate_gradients` followed by the carry
    write-back, the optimizer steps and the EMA update. The second step is the peak: the
    optimizer moments exist by then;
 4. measured = ``VmHWM`` - baseline RSS (CPU); on CUDA ``torch.cuda.max_memory_allocated``
@@ -138,9 +138,9 @@ def predicted_bytes(
     reuse: bool = False,
 ) -> tuple[int, dict[str, int]]:
     """Estimator total for the row, less the items the measurement leaves out; ``reuse``:
-    the child kept freed host memory for reuse (trm.host_memory), as trm run does."""
+    the child kept freed host memory for reuse (trm.device.host_memory), as trm run does."""
+    from trm.data.shape import DatasetShape
     from trm.hardware import HardwareProfile
-    from trm.memory import DatasetShape
     from trm.plugins.memory_estimator import estimate_items
     from trm.runtime import RuntimeChoice
 
@@ -200,12 +200,12 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from trm.compile import compile_for_runtime
-    from trm.evaluate import to_device
-    from trm.host_memory import reuse_freed_memory
+    from trm.device.compile import compile_for_runtime
+    from trm.device.host_memory import reuse_freed_memory
+    from trm.device.transfer import to_device
     from trm.model import EMA, TinyRecursiveModel, build_optimizers
     from trm.runtime import RuntimeChoice
-    from trm.train import accumulate_gradients
+    from trm.train.step import accumulate_gradients
 
     torch.set_num_threads(2)
     device = torch.device(config["device"])
@@ -252,12 +252,12 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
             model,
             carry,
             device_batch,
-            min_halt,
-            batch_size,
-            spec.arch.loss,
-            batch_size,
-            device,
-            dtype,
+            min_halt_steps=min_halt,
+            micro_batch_size=batch_size,
+            loss=spec.arch.loss,
+            divisor=batch_size,
+            device=device,
+            dtype=dtype,
         )
         for rows, new_carry in pieces:
             carry.assign_rows(rows, new_carry)

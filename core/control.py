@@ -1,17 +1,50 @@
 """TrainControl: the only way a plugin acts on a running loop.
 
 Plugins never reach into the trainer. They call these methods from their hooks; the loop reads
-the requests at well-defined points (after each optimizer step) and carries them out.
+the requests after each optimizer step, in the order docs/architecture.md gives, and carries
+them out. Also here: the micro-batch arithmetic every plugin that asks for a size needs
+(:func:`fit_micro_batch`, :func:`accumulation_steps`) and :class:`ThermalEvent`, which sensor
+plugins report through :meth:`TrainControl.report_thermal_event`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from attrs import define, field, frozen
 
-from attrs import define, field
+LEVELS = ("normal", "warm", "hot", "critical")
 
-if TYPE_CHECKING:
-    from trm.thermal_event import ThermalEvent
+
+def fit_micro_batch(size: int, global_batch: int) -> int:
+    """``size`` clamped to [1, global_batch]. It need not divide the global batch: the step's
+    last micro-batch then holds the remaining rows."""
+    return max(1, min(int(size), global_batch))
+
+
+def accumulation_steps(micro_batch_size: int, global_batch: int) -> int:
+    """How many micro-batches one optimizer step of ``global_batch`` rows runs."""
+    return -(-global_batch // max(1, micro_batch_size))
+
+
+@frozen
+class ThermalEvent:
+    """One change of thermal or power level, with the reading behind it.
+
+    ``level`` is one of LEVELS; ``reading`` says what was measured in words, e.g.
+    "cpu 92 °C (k10temp Tctl), clock 61% of max". ``temperature_c`` is the hottest sensor,
+    ``throttled`` whether the hardware reports slowing down (None: cannot tell);
+    ``on_battery``/``battery_percent`` describe power (None: no battery or unknown);
+    ``battery_low`` is True when on battery below the plugin's threshold. ``source`` names
+    the sensor source ("linux", "macos", "nvml", "trace").
+    """
+
+    level: str
+    reading: str
+    temperature_c: float | None = None
+    on_battery: bool | None = None
+    battery_percent: float | None = None
+    throttled: bool | None = None
+    battery_low: bool = False
+    source: str = ""
 
 
 @define
@@ -39,7 +72,8 @@ class TrainControl:
         """Ask for a new micro-batch size; the global batch stays (accumulation adapts).
 
         Applied after the current step (at once, before the retry, from on_out_of_memory).
-        A size is clamped to [1, global batch]; it need not divide the global batch.
+        A size is clamped to [1, global batch] (:func:`fit_micro_batch`); it need not divide
+        the global batch.
         """
         self.micro_batch_request = (size, reason)
 
@@ -58,3 +92,8 @@ class TrainControl:
     def log(self, message: str) -> None:
         """Show ``message`` to the user and keep it in the run log."""
         self.messages.append(message)
+
+    def take_messages(self) -> list[str]:
+        """The messages logged since the last call (the loop shows them), emptied."""
+        messages, self.messages = self.messages, []
+        return messages

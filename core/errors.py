@@ -19,3 +19,9 @@ class TrmError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class TrainingFailed(Exception):
+    """A running job cannot go on (non-finite loss, repeated checkpoint failures, out of
+    memory with nothing left to shrink). The message says which checkpoint is intact and what
+    to do; the CLI prints it as one line and exits with code 1."""

@@ -1,9 +1,11 @@
 """What the machine is: one frozen HardwareProfile merged from every plugin's part.
 
 Each ``detect_hardware`` implementation returns a HardwareProfile with only the fields it
-knows set; the rest stay None. The core merges the parts field by field, the first known
-value winning (plugins run in registration order). None means "unknown" and is shown so —
-never a guess.
+knows set; the rest stay None. The core merges the parts field by field in the order pluggy
+calls the implementations, the first known value winning. The generic ``system`` plugin is
+``trylast``, so a backend's (cuda, mps) or a third party's value for a field overrides the
+generic one: the plugin that knows a device best speaks for it. None means "unknown" and is
+shown so — never a guess.
 
 Who fills what (built-in plugins): ``system`` — OS, Python, torch, CPU, memory, storage,
 power, math libraries and cached benchmark figures; ``cuda`` — ``gpus``/``cuda_devices``;
@@ -107,7 +109,6 @@ class HardwareProfile:
     cuda_memory_bytes: int | None = None
     gpus: tuple[GpuInfo, ...] | None = None
     mps_available: bool | None = None
-    mps_device_name: str | None = None
     unified_memory: bool | None = None
     # storage and power
     storage_path: str | None = None
@@ -128,7 +129,8 @@ class HardwareProfile:
 
 
 def merge_profiles(parts: Iterable[HardwareProfile | None]) -> HardwareProfile:
-    """Merge partial profiles: for each field the first non-None value wins."""
+    """Merge partial profiles in call order: for each field the first non-None value wins
+    (pluggy calls ``trylast`` implementations, such as ``system``'s, last)."""
     merged: dict[str, object] = {}
     for part in parts:
         if part is None:

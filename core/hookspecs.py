@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from trm.control import TrainControl
+    from trm.control import ThermalEvent, TrainControl
+    from trm.data.shape import DatasetShape
     from trm.data.source import DataSource
     from trm.hardware import HardwareProfile
-    from trm.memory import DatasetShape, MemoryEstimate, MemoryItem
+    from trm.memory import MemoryEstimate, MemoryItem
     from trm.runtime import RuntimeChoice
     from trm.spec import RunSpec
     from trm.state import TrainState
-    from trm.thermal_event import ThermalEvent
 
 PROJECT_NAME = "trm"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)

@@ -3,7 +3,8 @@
 ``estimate_memory`` implementations return MemoryItems; the core collects them into one
 MemoryEstimate with the budget of each location, so a command can say whether a run fits.
 An estimate can be re-made for a changed spec (``for_spec``), which is how the ``adapt_config``
-implementations try micro-batches and precisions with every estimator plugin.
+implementations try micro-batches and precisions with every estimator plugin. The tiers
+(MODES) and the share of the budget each plans for (MODE_TARGETS) are defined here too.
 """
 
 from __future__ import annotations
@@ -17,22 +18,15 @@ if TYPE_CHECKING:
     from trm.spec import RunSpec
 
 LOCATIONS = ("host", "device")
-
-
-@frozen
-class DatasetShape:
-    """The dataset facts memory and time depend on (from dataset.json, or a source's promise).
-
-    ``total_puzzles``, ``total_groups`` and ``train_file_bytes`` (its inputs and labels files)
-    are of the train split; 0 when not known.
-    """
-
-    seq_len: int
-    vocab_size: int
-    num_puzzle_identifiers: int
-    total_puzzles: int = 0
-    total_groups: int = 0
-    train_file_bytes: int = 0
+MODES = ("conservative", "balanced", "extreme")
+DEFAULT_MODE = "balanced"  # what `trm run` and `trm estimate` fit a spec to unless told
+# Share of the usable memory budget each tier plans a run's peak to take.
+MODE_TARGETS = {"conservative": 0.50, "balanced": 0.75, "extreme": 0.95}
+EXTREME_RISKS = (
+    "extreme mode plans 95% of the memory budget: little room is left for other programs, "
+    "so the system may swap (slow) or kill the run for lack of memory; a long run at full "
+    "load keeps the machine hot and may throttle its clocks (see the thermal plugin)"
+)
 
 
 @frozen

@@ -1,20 +1,29 @@
 """Load plugins from the ``trm.plugins`` entry-point group and choose which are on.
 
-Every plugin, built-in or third-party, is a module registered under that group. A module says
-when it is on through the attribute ``ACTIVATION``:
+Every plugin, built-in or third-party, is registered under that group. An entry point names
+either
+
+- a **module** — a stateless plugin: its ``@hookimpl`` functions are the hooks; or
+- a **class** (``pkg.module:ClassName``) — a plugin with per-run state: the manager makes one
+  instance for each plugin manager it builds, and ``trm`` builds one per command, so two runs
+  in one process never share a plugin's state. Its ``@hookimpl`` methods are the hooks.
+
+The module or class says when it is on through the attribute ``ACTIVATION``:
 
 - ``"default"`` — on unless switched off with ``--plugins no:NAME``;
-- ``"auto"`` — on when its module-level ``is_available()`` returns True (a device exists);
+- ``"auto"`` — on when its ``is_available()`` returns True (a device exists);
 - ``"opt-in"`` (also when the attribute is missing) — on only when named in ``--plugins``.
 
-The core never imports a plugin by name; it knows plugins only through this manager.
+A plugin switched off with ``no:NAME`` is not even imported, so a broken third-party plugin
+can be skipped. The core never imports a plugin by name; it knows plugins only through this
+manager.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from importlib import metadata
-from types import ModuleType
 from typing import Any
 
 import pluggy
@@ -29,7 +38,7 @@ ACTIVATIONS = ("default", "auto", "opt-in")
 
 @frozen
 class PluginInfo:
-    """One plugin as ``trm plugins`` shows it."""
+    """One plugin as ``trm plugins`` shows it (``hooks``: those it implements)."""
 
     name: str
     distribution: str
@@ -44,14 +53,31 @@ def _entry_points() -> list[metadata.EntryPoint]:
     return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
 
 
-def _activation(module: ModuleType) -> str:
-    value = getattr(module, "ACTIVATION", "opt-in")
+def _activation(plugin: Any) -> str:
+    value = getattr(plugin, "ACTIVATION", "opt-in")
     return value if value in ACTIVATIONS else "opt-in"
 
 
-def _is_available(module: ModuleType) -> bool:
-    check = getattr(module, "is_available", None)
+def _is_available(plugin: Any) -> bool:
+    check = getattr(plugin, "is_available", None)
     return bool(check()) if callable(check) else True
+
+
+def _description(plugin: Any) -> str:
+    doc = inspect.getdoc(plugin) or inspect.getdoc(inspect.getmodule(plugin)) or ""
+    lines = doc.strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def implemented_hooks(pm: pluggy.PluginManager, plugin: Any) -> tuple[str, ...]:
+    """The trm hooks ``plugin`` implements, found as pluggy finds them when registering."""
+    return tuple(
+        sorted(
+            name
+            for name in dir(plugin)
+            if hasattr(pm.hook, name) and pm.parse_hookimpl_opts(plugin, name) is not None
+        )
+    )
 
 
 def parse_plugin_list(texts: Iterable[str]) -> tuple[list[str], list[str]]:
@@ -100,70 +126,75 @@ class TrmPluginManager:
         return results
 
 
+def _load(ep: metadata.EntryPoint) -> Any:
+    """The entry point's module, or a fresh instance of its class."""
+    try:
+        target = ep.load()
+    except Exception as exc:  # a broken third-party plugin must not take trm down silently
+        raise TrmError(
+            f"plugin {ep.name!r} ({ep.value}) failed to import: {exc}; "
+            f"fix or uninstall it, or switch it off with --plugins no:{ep.name}"
+        ) from exc
+    return target() if inspect.isclass(target) else target
+
+
 def load_plugins(
     requested: Iterable[str] = (),
-    extra_modules: Iterable[tuple[str, ModuleType]] = (),
+    extra_modules: Iterable[tuple[str, Any]] = (),
 ) -> TrmPluginManager:
     """Build the plugin manager for one command.
 
     ``requested`` holds ``--plugins`` values (``a,b``, ``no:c``). ``extra_modules`` registers
-    in-process plugins (tests, fault injection) as if they were entry points, switched on.
-    Raises TrmError for an unknown or unavailable plugin name, listing the known names.
+    in-process plugins (modules or objects: tests, fault injection, the bench's timer),
+    switched on; one with an installed plugin's name replaces that plugin. Raises TrmError
+    for an unknown or unavailable plugin name, listing the known names.
     """
     wanted, unwanted = parse_plugin_list(requested)
-    candidates: list[tuple[str, ModuleType, str, str]] = []
+    extras = dict(extra_modules)
+    candidates: list[tuple[str, Any, str, str]] = []
+    skipped: list[tuple[str, str, str]] = []
     for ep in _entry_points():
-        try:
-            module = ep.load()
-        except Exception as exc:  # a broken third-party plugin must not take trm down
-            raise TrmError(
-                f"plugin {ep.name!r} ({ep.value}) failed to import: {exc}; "
-                f"fix or uninstall it, or switch it off with --plugins no:{ep.name}"
-            ) from exc
         dist = ep.dist.name if ep.dist else "unknown"
         version = ep.dist.version if ep.dist else "unknown"
-        candidates.append((ep.name, module, dist, version))
-    for name, module in extra_modules:
-        candidates.append((name, module, "(in process)", "-"))
+        if ep.name in extras:
+            continue
+        if ep.name in unwanted:
+            skipped.append((ep.name, dist, version))
+            continue
+        candidates.append((ep.name, _load(ep), dist, version))
+    for name, plugin in extras.items():
+        candidates.append((name, plugin, "(in process)", "-"))
         wanted.append(name)
 
-    known = [name for name, *_ in candidates]
+    known = [name for name, *_ in candidates] + [name for name, *_ in skipped]
     for name in (*wanted, *unwanted):
         if name not in known:
-            raise TrmError(f"unknown plugin {name!r}; known plugins: {', '.join(known)}")
+            raise TrmError(f"unknown plugin {name!r}; known plugins: {', '.join(sorted(known))}")
 
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
     infos: list[PluginInfo] = []
-    for name, module, dist, version in candidates:
-        activation = _activation(module)
-        if name in unwanted:
-            enabled = False
-        elif name in wanted:
-            if activation == "auto" and not _is_available(module):
-                reason = getattr(module, "UNAVAILABLE_REASON", "its device is not present")
+    for name, plugin, dist, version in candidates:
+        activation = _activation(plugin)
+        if name in wanted:
+            if activation == "auto" and not _is_available(plugin):
+                reason = getattr(plugin, "UNAVAILABLE_REASON", "its device is not present")
                 raise TrmError(f"plugin {name!r} cannot run here: {reason}")
             enabled = True
         elif activation == "default":
             enabled = True
         elif activation == "auto":
-            enabled = _is_available(module)
+            enabled = _is_available(plugin)
         else:
             enabled = False
-        hooks = tuple(
-            sorted(
-                h
-                for h in dir(hookspecs)
-                if not h.startswith("_")
-                and callable(getattr(module, h, None))
-                and hasattr(getattr(module, h), "trm_impl")
-            )
-        )
-        doc = (module.__doc__ or "").strip().splitlines()
+        hooks = implemented_hooks(pm, plugin)
         infos.append(
-            PluginInfo(name, dist, version, activation, enabled, hooks, doc[0] if doc else "")
+            PluginInfo(name, dist, version, activation, enabled, hooks, _description(plugin))
         )
         if enabled:
-            pm.register(module, name=name)
+            pm.register(plugin, name=name)
+    for name, dist, version in skipped:
+        infos.append(PluginInfo(name, dist, version, "-", False, (), "switched off (not loaded)"))
+    infos.sort(key=lambda info: info.name)
     pm.check_pending()
     return TrmPluginManager(pm, infos)

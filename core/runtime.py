@@ -10,7 +10,7 @@ class RuntimeChoice:
     """Returned by ``configure_runtime``; ``notes`` are shown to the user once at start.
 
     ``reuse_host_memory``: the loop keeps freed host memory for reuse
-    (:func:`trm.host_memory.reuse_freed_memory`) when it starts training.
+    (:func:`trm.device.host_memory.reuse_freed_memory`) when it starts training.
     """
 
     device: str

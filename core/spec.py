@@ -83,6 +83,13 @@ class TrainSpec:
     checkpoint_interval_steps: int = 0
     checkpoint_keep: int = 3
 
+    def total_steps(self, train_groups: int) -> int:
+        """Steps of the whole schedule: ``max_steps``, else ``epochs`` over ``train_groups``
+        (the train split's groups; one group is drawn per row of a step)."""
+        if self.max_steps > 0:
+            return self.max_steps
+        return max(1, math.ceil(self.epochs * max(train_groups, 1) / self.global_batch_size))
+
 
 @frozen
 class DataSpec:
@@ -122,6 +129,22 @@ class RunSpec:
     train: TrainSpec = field(factory=TrainSpec)
     data: DataSpec = field(factory=DataSpec)
     runtime: RuntimeSpec = field(factory=RuntimeSpec)
+
+
+@frozen
+class Change:
+    """One change an ``adapt_config`` plugin made to a spec: ``key`` (``runtime.threads``)
+    went from ``old`` to ``new`` because of ``reason``. Shown to the user before training
+    and written to adaptations.json."""
+
+    key: str
+    old: Any
+    new: Any
+    reason: str
+
+    def describe(self) -> str:
+        """One line for the user: ``adapted KEY: OLD -> NEW (REASON)``."""
+        return f"adapted {self.key}: {self.old} -> {self.new} ({self.reason})"
 
 
 def _strict_converter() -> cattrs.Converter:
@@ -365,6 +388,7 @@ def resolve_spec_path(name_or_path: str) -> Path:
 
 __all__ = [
     "ArchSpec",
+    "Change",
     "DataSpec",
     "RunSpec",
     "RuntimeSpec",

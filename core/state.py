@@ -3,28 +3,26 @@
 The loop owns and mutates one TrainState. ``state_dict()`` returns only tensors, numbers,
 strings and containers of them, so checkpoints load with ``torch.load(weights_only=True)``.
 ``load_state_dict()`` refuses a payload whose architecture differs from the live model's,
-listing every differing key. ``weights_sha256`` is the canonical fingerprint of a model's
-weights that summary.json records, so two runs can be compared bit for bit.
+listing every differing key. The RNG states come from :mod:`trm.device.rng`.
+``weights_sha256`` is the canonical fingerprint of a model's weights that summary.json
+records, so two runs can be compared bit for bit.
 """
 
 from __future__ import annotations
 
 import hashlib
-import random
-import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from attrs import define, field
 
 import trm
+from trm.data.shape import DatasetShape
+from trm.device.rng import capture_rng, restore_rng
 from trm.errors import TrmError
 from trm.spec import RunSpec, spec_to_dict
 
-# Checkpoint bytes beyond the tensors (spec, pickle framing, zip directory), a generous bound.
-CHECKPOINT_OVERHEAD_BYTES = 1 << 20
 MAX_LISTED_KEYS = 12
 
 
@@ -35,6 +33,9 @@ class TrainState:
     ``step`` counts finished optimizer steps; the sampler reads step ``step`` next, so
     ``step`` is also the data-order position and the lr-schedule position. ``best_step`` is
     the step whose evaluation set ``best_exact_accuracy`` (0 before any evaluation).
+    ``wall_s_before`` is the training wall time of the run up to its last checkpoint or end
+    (the loop's stopwatch keeps it); ``checkpoint_step`` the step of the newest checkpoint
+    written or resumed from (None: none yet; not saved).
     """
 
     spec: RunSpec
@@ -51,8 +52,9 @@ class TrainState:
     best_step: int = 0
     last_eval: dict[str, float] = field(factory=dict)
     wall_s_before: float = 0.0
+    checkpoint_step: int | None = None
     data_dir: str = ""
-    dataset_shape: dict[str, int] = field(factory=dict)
+    dataset_shape: DatasetShape | None = None
 
     @property
     def device(self) -> torch.device:
@@ -89,7 +91,7 @@ class TrainState:
             "last_eval": dict(self.last_eval),
             "wall_s": self.wall_s_before,
             "data_dir": self.data_dir,
-            "dataset_shape": dict(self.dataset_shape),
+            "dataset_shape": self.dataset_shape.to_dict() if self.dataset_shape else None,
             "rng": capture_rng(self.device),
         }
 
@@ -150,13 +152,16 @@ def check_compatible(state: TrainState, payload: dict[str, Any], where: str) -> 
         f"{key}: {old!r} in the checkpoint, {new!r} here"
         for key, old, new in spec_differences(payload["spec"], spec_to_dict(state.spec), "arch")
     ]
-    saved_shape = dict(payload.get("dataset_shape") or {})
-    for key in sorted(set(saved_shape) | set(state.dataset_shape)):
-        if saved_shape.get(key) != state.dataset_shape.get(key):
-            problems.append(
-                f"dataset {key}: {saved_shape.get(key)} in the checkpoint, "
-                f"{state.dataset_shape.get(key)} here"
-            )
+    if state.dataset_shape is not None:
+        try:
+            saved = DatasetShape.from_dict(dict(payload.get("dataset_shape") or {}))
+        except TrmError as exc:
+            problems.append(f"dataset: {exc}")
+        else:
+            problems += [
+                f"dataset {key}: {old} in the checkpoint, {new} here"
+                for key, old, new in saved.model_differences(state.dataset_shape)
+            ]
     problems += tensor_differences(payload["model"], state.model.state_dict())
     if not problems:
         return
@@ -183,66 +188,6 @@ def tensor_differences(saved: dict[str, Any], live: dict[str, torch.Tensor]) -> 
     return problems
 
 
-def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
-    """Every RNG state a run may draw from, in weights-only-loadable form.
-
-    Python's ``random``, NumPy's global generator, torch's CPU generator and, when
-    ``device`` is an accelerator, its generators (CUDA: every visible device; MPS).
-    """
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state: dict[str, Any] = {
-        "python": random.getstate(),
-        "numpy": {
-            "kind": str(kind),
-            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64).copy()),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "cached_gaussian": float(cached),
-        },
-        "torch_cpu": torch.get_rng_state(),
-        "cuda": None,
-        "mps": None,
-    }
-    if device is not None and device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    if device is not None and device.type == "mps":
-        state["mps"] = torch.mps.get_rng_state()
-    return state
-
-
-def restore_rng(state: dict[str, Any]) -> None:
-    """Inverse of :func:`capture_rng`; accelerator states are restored when present."""
-    random.setstate(_as_python_state(state["python"]))
-    np_state = state["numpy"]
-    np.random.set_state(
-        (
-            np_state["kind"],
-            np_state["keys"].numpy().astype(np.uint32),
-            np_state["pos"],
-            np_state["has_gauss"],
-            np_state["cached_gaussian"],
-        )
-    )
-    torch.set_rng_state(state["torch_cpu"])
-    if state.get("cuda") is not None:
-        if torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda"])
-        else:
-            warnings.warn(
-                "the checkpoint holds CUDA RNG states but CUDA is not available; "
-                "exploration draws will differ from the original run",
-                stacklevel=2,
-            )
-    if state.get("mps") is not None and torch.backends.mps.is_available():
-        torch.mps.set_rng_state(state["mps"])
-
-
-def _as_python_state(value: Any) -> tuple:
-    """``random.setstate`` wants tuples; a round trip may have produced lists."""
-    version, internal, gauss = value
-    return (version, tuple(internal), gauss)
-
-
 def weights_sha256(model: torch.nn.Module) -> str:
     """SHA-256 over the model state in sorted key order: name, dtype, shape, then raw bytes."""
     digest = hashlib.sha256()
@@ -254,26 +199,3 @@ def weights_sha256(model: torch.nn.Module) -> str:
         digest.update(str(tuple(tensor.shape)).encode())
         digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()
-
-
-def estimate_checkpoint_bytes(spec: RunSpec, dataset_shape: dict[str, int]) -> int:
-    """An upper estimate of one checkpoint's size on disk for ``spec`` on that dataset.
-
-    Builds the model on the meta device (no memory), then counts its state dict, the EMA
-    shadows (float entries), the dense optimizer's two moments per trainable parameter,
-    the carry (z_H and z_L for the global batch, plus its data rows) and a fixed overhead.
-    """
-    from trm.model import TinyRecursiveModel
-
-    with torch.device("meta"):
-        model = TinyRecursiveModel(spec.arch, **dataset_shape)
-    state = model.state_dict()
-    model_bytes = sum(t.numel() * t.element_size() for t in state.values())
-    float_bytes = sum(t.numel() * t.element_size() for t in state.values() if t.is_floating_point())
-    trainable_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    ema_bytes = float_bytes if spec.train.ema else 0
-    batch = spec.train.global_batch_size
-    positions = model.num_positions
-    carry_bytes = 2 * batch * positions * spec.arch.hidden_size * 4
-    carry_bytes += batch * (2 * dataset_shape["seq_len"] + 1 + 1 + 1) * 8
-    return model_bytes + ema_bytes + 2 * trainable_bytes + carry_bytes + CHECKPOINT_OVERHEAD_BYTES

@@ -8,20 +8,15 @@ import os
 import torch
 
 from trm import hookimpl
-from trm.compile import choose_compile
 from trm.control import TrainControl
-from trm.flops import matmul_bound
+from trm.device.compile import choose_compile
+from trm.device.host_memory import IdleMemoryValve
+from trm.device.host_memory import is_supported as host_memory_reuse_supported
 from trm.hardware import HardwareProfile
-from trm.host_memory import IdleMemoryValve
-from trm.host_memory import is_supported as host_memory_reuse_supported
+from trm.measure.flops import matmul_bound
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.state import TrainState
-
-ACTIVATION = "default"
-
-# Bounds the idle memory a reusing heap keeps (trm.host_memory); one per training run.
-_valve = IdleMemoryValve()
 
 
 def _usable_cores(hardware: HardwareProfile) -> int:
@@ -54,14 +49,13 @@ def choose_cpu_precision(
     return setting, notes
 
 
-@hookimpl(trylast=True)
-def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | None:
+def configure_cpu(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | None:
     """The CPU answers for ``auto`` (when no accelerator plugin did) and ``cpu``.
 
     Threads: ``runtime.threads`` or the physical cores this process may use. Precision: see
-    :func:`choose_cpu_precision`. Compilation: :func:`trm.compile.choose_compile`. Both
-    ``auto`` choices depend on :func:`trm.flops.matmul_bound`. Host memory: freed blocks are
-    kept for reuse where :mod:`trm.host_memory` can tune the C library (glibc on Linux),
+    :func:`choose_cpu_precision`. Compilation: :func:`trm.device.compile.choose_compile`. Both
+    ``auto`` choices depend on :func:`trm.measure.flops.matmul_bound`. Host memory: freed blocks are
+    kept for reuse where :mod:`trm.device.host_memory` can tune the C library (glibc on Linux),
     unless ``runtime.host_memory`` is ``system``.
     """
     runtime = spec.runtime
@@ -89,19 +83,27 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
     )
 
 
-@hookimpl
-def on_train_start(state: TrainState, control: TrainControl) -> None:
-    """A fresh idle-memory valve for the run (it learns the run's idle heap anew)."""
-    global _valve
-    _valve = IdleMemoryValve()
+class CpuBackend:
+    """CPU backend: threads from physical cores, bf16 autocast where native, torch.compile,
+    and freed host memory kept for reuse (bounded per run by an idle-memory valve)."""
 
+    ACTIVATION = "default"
 
-@hookimpl
-def on_step(state: TrainState, metrics: dict[str, float], control: TrainControl) -> None:
-    """After each step, release idle heap memory that grows past the valve's bound."""
-    released = _valve.after_step()
-    if released is not None:
-        control.log(
-            f"cpu: returned {released / 2**20:.0f} MiB of idle heap memory to the system "
-            f"(more than {_valve.limit_bytes / 2**20:.0f} MiB had built up since the last time)"
-        )
+    def __init__(self) -> None:
+        # Bounds the idle memory a reusing heap keeps (trm.device.host_memory) for this run.
+        self.valve = IdleMemoryValve()
+
+    @hookimpl(trylast=True)
+    def configure_runtime(self, spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | None:
+        return configure_cpu(spec, hardware)
+
+    @hookimpl
+    def on_step(self, state: TrainState, metrics: dict[str, float], control: TrainControl) -> None:
+        """After each step, release idle heap memory that grows past the valve's bound."""
+        released = self.valve.after_step()
+        if released is not None:
+            control.log(
+                f"cpu: returned {released / 2**20:.0f} MiB of idle heap memory to the system "
+                f"(more than {self.valve.limit_bytes / 2**20:.0f} MiB had built up since the "
+                "last time)"
+            )

@@ -14,9 +14,9 @@ import torch
 from attrs import frozen
 
 from trm import hookimpl
-from trm.compile import choose_compile
-from trm.flops import matmul_bound
+from trm.device.compile import choose_compile
 from trm.hardware import HardwareProfile
+from trm.measure.flops import matmul_bound
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 

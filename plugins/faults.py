@@ -21,7 +21,7 @@ sigint@S, sigterm@S the process sends itself SIGINT / SIGTERM after step S (repe
 ==================  ===========================================================================
 
 It acts through torch's own module and optimizer hooks and through ``save_checkpoint``
-(``tryfirst``), never by changing the loop. A fault fires once per process.
+(``tryfirst``), never by changing the loop. A fault fires once per run.
 """
 
 from __future__ import annotations
@@ -34,14 +34,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from attrs import define, field
+from attrs import define
 
 from trm import hookimpl
 from trm.control import TrainControl
 from trm.errors import TrmError
 from trm.state import TrainState
 
-ACTIVATION = "opt-in"
 ENV_VAR = "TRM_FAULTS"
 KINDS = (
     "oom",
@@ -96,14 +95,19 @@ def _oom_error(kind: str, step: int) -> BaseException:
     return torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 1.00 GiB {where}")
 
 
-@define
-class _Injector:
-    """Pending faults and the hooks installed on the model of the current run."""
+class Faults:
+    """faults: inject failures at chosen steps (``TRM_FAULTS``), to test that runs survive them.
 
-    pending: Counter = field(factory=Counter)
-    state: TrainState | None = None
-    forward_calls: Counter = field(factory=Counter)
-    handles: list[Any] = field(factory=list)
+    One instance per run: the faults still pending and the hooks it installed on the model.
+    """
+
+    ACTIVATION = "opt-in"
+
+    def __init__(self) -> None:
+        self.pending: Counter = Counter()
+        self.state: TrainState | None = None
+        self.forward_calls: Counter = Counter()
+        self.handles: list[Any] = []
 
     def take(self, kind: str, step: int, micro_batch: int = 0) -> bool:
         key = Fault(kind, step, micro_batch)
@@ -136,57 +140,45 @@ class _Injector:
         if self.take("oom-update", step):
             raise _oom_error("oom", step)
 
+    @hookimpl
+    def on_train_start(self, state: TrainState, control: TrainControl) -> None:
+        self.state = state
+        self.pending = Counter(parse_faults(os.environ.get(ENV_VAR, "")))
+        model = state.model
+        self.handles.append(model.register_forward_pre_hook(self.before_forward))
+        self.handles.append(model.register_forward_hook(self.after_forward))
+        for optimizer in state.optimizers:
+            if isinstance(optimizer, torch.optim.Optimizer):
+                self.handles.append(optimizer.register_step_pre_hook(self.before_update))
+        if self.pending:
+            faults = ", ".join(f"{f.kind}@{f.step}" for f in sorted(self.pending, key=str))
+            control.log(f"faults: will inject {faults}")
 
-_injector = _Injector()
+    @hookimpl
+    def on_step(self, state: TrainState, control: TrainControl) -> None:
+        for kind, sig in (("sigint", signal.SIGINT), ("sigterm", signal.SIGTERM)):
+            while self.take(kind, state.step):
+                os.kill(os.getpid(), sig)
+        self.pending.pop(Fault("nan", state.step), None)
 
+    @hookimpl(tryfirst=True)
+    def save_checkpoint(self, state: TrainState, run_dir: Path, reason: str) -> Path | None:
+        if self.take("save-fail", state.step):
+            raise OSError(errno.ENOSPC, f"No space left on device (injected at step {state.step})")
+        if self.take("kill-in-save", state.step):
+            folder = run_dir / "checkpoints"
+            folder.mkdir(parents=True, exist_ok=True)
+            partial = folder / f".step-{state.step:08d}.pt.injected.tmp"
+            with partial.open("wb") as handle:
+                handle.write(b"PK\x03\x04 half a checkpoint")
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.kill(os.getpid(), signal.SIGKILL)
+        return None
 
-@hookimpl
-def on_train_start(state: TrainState, control: TrainControl) -> None:
-    for handle in _injector.handles:
-        handle.remove()
-    _injector.handles.clear()
-    _injector.forward_calls.clear()
-    _injector.state = state
-    _injector.pending = Counter(parse_faults(os.environ.get(ENV_VAR, "")))
-    model = state.model
-    _injector.handles.append(model.register_forward_pre_hook(_injector.before_forward))
-    _injector.handles.append(model.register_forward_hook(_injector.after_forward))
-    for optimizer in state.optimizers:
-        if isinstance(optimizer, torch.optim.Optimizer):
-            _injector.handles.append(optimizer.register_step_pre_hook(_injector.before_update))
-    if _injector.pending:
-        faults = ", ".join(f"{f.kind}@{f.step}" for f in sorted(_injector.pending, key=str))
-        control.log(f"faults: will inject {faults}")
-
-
-@hookimpl
-def on_step(state: TrainState, control: TrainControl) -> None:
-    for kind, sig in (("sigint", signal.SIGINT), ("sigterm", signal.SIGTERM)):
-        while _injector.take(kind, state.step):
-            os.kill(os.getpid(), sig)
-    nan_key = Fault("nan", state.step)
-    _injector.pending.pop(nan_key, None)
-
-
-@hookimpl(tryfirst=True)
-def save_checkpoint(state: TrainState, run_dir: Path, reason: str) -> Path | None:
-    if _injector.take("save-fail", state.step):
-        raise OSError(errno.ENOSPC, f"No space left on device (injected at step {state.step})")
-    if _injector.take("kill-in-save", state.step):
-        folder = run_dir / "checkpoints"
-        folder.mkdir(parents=True, exist_ok=True)
-        partial = folder / f".step-{state.step:08d}.pt.injected.tmp"
-        with partial.open("wb") as handle:
-            handle.write(b"PK\x03\x04 half a checkpoint")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.kill(os.getpid(), signal.SIGKILL)
-    return None
-
-
-@hookimpl
-def on_train_end() -> None:
-    for handle in _injector.handles:
-        handle.remove()
-    _injector.handles.clear()
-    _injector.state = None
+    @hookimpl
+    def on_train_end(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+        self.state = None

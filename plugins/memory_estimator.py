@@ -33,8 +33,9 @@ import torch
 from attrs import frozen
 
 from trm import hookimpl
+from trm.data.shape import DatasetShape
 from trm.hardware import HardwareProfile
-from trm.memory import DatasetShape, MemoryItem
+from trm.memory import MemoryItem
 from trm.model.layers import swiglu_inner_width
 from trm.model.trm import puzzle_prefix_len
 from trm.runtime import RuntimeChoice
@@ -79,7 +80,7 @@ HEAP_SLACK_FRACTION = {
 MMAP_THRESHOLD_MAX = 32 * MIB
 LARGE_TENSOR_SLACK = 0.07
 EAGER_LARGE_TENSOR_SLACK = 0.18
-# With host-memory reuse (trm.host_memory) large tensors stay on the heap and leave holes
+# With host-memory reuse (trm.device.host_memory) large tensors stay on the heap and leave holes
 # like small ones: they get the block type's heap-slack fraction, except in compiled
 # low-precision runs, whose large blocks fragment more: 0.36, measured by
 # benchmarks/tier_fit.py on the Sudoku MLP recipe (micro-batches 177 and 289, bf16,
@@ -427,7 +428,7 @@ def estimate_items(
         )
         small = small_tensor_share(arch, s, precision, micro, runtime.compile)
         large = LARGE_TENSOR_SLACK if runtime.compile else EAGER_LARGE_TENSOR_SLACK
-        if runtime.reuse_host_memory:  # large tensors stay on the heap too (trm.host_memory)
+        if runtime.reuse_host_memory:  # large tensors stay on the heap too (trm.device.host_memory)
             low = low_bytes(precision) != F32
             large = (
                 REUSE_COMPILED_LOW_LARGE_TENSOR_SLACK

@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 
 from trm import hookimpl
-from trm.compile import choose_compile
-from trm.flops import matmul_bound
+from trm.device.compile import choose_compile
 from trm.hardware import HardwareProfile
+from trm.measure.flops import matmul_bound
 from trm.plugins.launch_env import ensure_env
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec

@@ -15,14 +15,26 @@ from trm import hookimpl
 from trm.control import TrainControl
 from trm.state import TrainState
 
-ACTIVATION = "default"
-
 PLAIN_LINES_PER_RUN = 20
 PLAIN_MIN_INTERVAL_S = 15.0
 
 
-class _Progress:
-    """Per-process display state (one run per process)."""
+def _format_duration(seconds: float) -> str:
+    if seconds != seconds:  # NaN
+        return "?"
+    seconds = int(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+class Progress:
+    """Live progress: one refreshing line on a terminal, plain periodic lines otherwise.
+
+    One instance per run (the plugin manager makes it): the display state of that run.
+    """
+
+    ACTIVATION = "default"
 
     def __init__(self) -> None:
         self.start_s = 0.0
@@ -42,75 +54,55 @@ class _Progress:
             f"  ETA {_format_duration(eta_s)}"
         )
 
+    def show(self, text: str) -> None:
+        if self.tty:
+            sys.stdout.write("\r\033[K" + text)
+        else:
+            sys.stdout.write(text + "\n")
+        sys.stdout.flush()
 
-_display = _Progress()
+    @hookimpl
+    def on_train_start(self, state: TrainState, control: TrainControl) -> None:
+        self.start_s = time.perf_counter()
+        self.start_step = state.step
+        self.tty = sys.stdout.isatty()
 
+    @hookimpl
+    def on_step(self, state: TrainState, metrics: dict[str, Any], control: TrainControl) -> None:
+        now = time.perf_counter()
+        every = max(1, state.total_steps // PLAIN_LINES_PER_RUN)
+        if self.tty:
+            due = now - self.last_print_s >= 0.2
+        else:
+            due = (
+                state.step % every == 0
+                or state.step == 1
+                or now - self.last_print_s >= PLAIN_MIN_INTERVAL_S
+            )
+        if due:
+            self.last_print_s = now
+            self.show(self.line(state, metrics))
 
-def _format_duration(seconds: float) -> str:
-    if seconds != seconds:  # NaN
-        return "?"
-    seconds = int(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
-
-
-def _print(text: str) -> None:
-    if _display.tty:
-        sys.stdout.write("\r\033[K" + text)
-    else:
-        sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
-
-@hookimpl
-def on_train_start(state: TrainState, control: TrainControl) -> None:
-    _display.start_s = time.perf_counter()
-    _display.start_step = state.step
-    _display.last_print_s = 0.0
-    _display.tty = sys.stdout.isatty()
-    _display.eval_text = "-"
-
-
-@hookimpl
-def on_step(state: TrainState, metrics: dict[str, Any], control: TrainControl) -> None:
-    now = time.perf_counter()
-    every = max(1, state.total_steps // PLAIN_LINES_PER_RUN)
-    due = _display.tty and now - _display.last_print_s >= 0.2
-    due = due or (
-        not _display.tty
-        and (
-            state.step % every == 0
-            or state.step == 1
-            or now - _display.last_print_s >= PLAIN_MIN_INTERVAL_S
+    @hookimpl
+    def on_eval(self, state: TrainState, metrics: dict[str, Any], control: TrainControl) -> None:
+        self.eval_text = f"{metrics['exact_accuracy']:.1%}"
+        text = (
+            f"eval @ step {state.step}: exact accuracy {metrics['exact_accuracy']:.2%}, "
+            f"cell accuracy {metrics['cell_accuracy']:.2%} ({metrics['examples']} held-out)"
         )
-    )
-    if due:
-        _display.last_print_s = now
-        _print(_display.line(state, metrics))
+        if self.tty:
+            sys.stdout.write("\r\033[K")
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
 
-
-@hookimpl
-def on_eval(state: TrainState, metrics: dict[str, Any], control: TrainControl) -> None:
-    _display.eval_text = f"{metrics['exact_accuracy']:.1%}"
-    text = (
-        f"eval @ step {state.step}: exact accuracy {metrics['exact_accuracy']:.2%}, "
-        f"cell accuracy {metrics['cell_accuracy']:.2%} ({metrics['examples']} held-out)"
-    )
-    if _display.tty:
-        sys.stdout.write("\r\033[K")
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
-
-@hookimpl
-def on_train_end(state: TrainState, summary: dict[str, Any]) -> None:
-    if _display.tty:
-        sys.stdout.write("\n")
-    best = summary.get("best_exact_accuracy") or 0.0
-    print(
-        f"done: {summary['steps']} steps, {summary['samples']} samples in "
-        f"{_format_duration(summary['wall_s'])}; best exact accuracy {best:.2%} "
-        f"({summary['stopped']})"
-    )
-    sys.stdout.flush()
+    @hookimpl
+    def on_train_end(self, state: TrainState, summary: dict[str, Any]) -> None:
+        if self.tty:
+            sys.stdout.write("\n")
+        best = summary.get("best_exact_accuracy")
+        accuracy = "no evaluation ran" if best is None else f"best exact accuracy {best:.2%}"
+        print(
+            f"done: {summary['steps']} steps, {summary['samples']} samples in "
+            f"{_format_duration(summary['wall_s'])}; {accuracy} ({summary['stopped']})"
+        )
+        sys.stdout.flush()

@@ -19,7 +19,7 @@ import psutil
 
 from trm import hookimpl
 from trm.hardware import VECTOR_FEATURES, HardwareProfile
-from trm.machine_benchmark import load_cached_speeds
+from trm.measure.machine import load_cached_speeds
 
 ACTIVATION = "default"
 
@@ -258,7 +258,10 @@ def detect(run_root: Path | None = None) -> HardwareProfile:
     return HardwareProfile(**info)  # type: ignore[arg-type]
 
 
-@hookimpl
+@hookimpl(trylast=True)
 def detect_hardware() -> HardwareProfile:
-    """CPU, memory, platform, storage (at ./runs) and power; unknown facts stay None."""
+    """CPU, memory, platform, storage (at ./runs) and power; unknown facts stay None.
+
+    ``trylast``: the generic answer; a backend's or a third party's value for the same
+    field wins (see :func:`trm.hardware.merge_profiles`)."""
     return detect()

@@ -8,7 +8,7 @@ batch and picks, in this order:
    ``auto`` only; an explicit choice is kept);
 2. threads: the physical cores this process may use (``runtime.threads`` 0 only); in
    extreme mode on the host, ``runtime.host_memory = "system"`` (``auto`` only): reused host
-   memory (trm.host_memory) is faster but its peak varies more from run to run;
+   memory (trm.device.host_memory) is faster but its peak varies more from run to run;
 3. the largest micro-batch whose estimated peak stays ``ESTIMATE_MARGIN`` (5 points of the
    budget) under the target, with gradient
    accumulation making up the rest (the last micro-batch of a step takes the remaining rows
@@ -30,12 +30,11 @@ from typing import Any
 import attrs
 
 from trm import hookimpl
-from trm.flops import matmul_bound
+from trm.control import accumulation_steps
 from trm.hardware import HardwareProfile, format_bytes
-from trm.memory import MemoryEstimate
-from trm.prepare import MODE_TARGETS
+from trm.measure.flops import matmul_bound
+from trm.memory import MODE_TARGETS, MemoryEstimate
 from trm.spec import RunSpec
-from trm.train import accumulation_steps
 
 ACTIVATION = "default"
 
@@ -139,8 +138,9 @@ def adapt(
             changes.append((key, old, value, reason))
             spec = _set(spec, key, value)
 
-    # On a CPU, bf16 pays only when matrix products set the step time (trm.flops.matmul_bound);
-    # for small networks its per-call overhead makes a step several times slower than fp32.
+    # On a CPU, bf16 pays only when matrix products set the step time
+    # (trm.measure.flops.matmul_bound); for small networks its per-call overhead makes a
+    # step several times slower than fp32.
     if (
         spec.runtime.precision == "auto"
         and native_bf16(hardware, estimate)

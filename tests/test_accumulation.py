@@ -9,9 +9,10 @@ from hypothesis import strategies as st
 
 import trm.model.layers
 import trm.model.trm
+from trm.control import accumulation_steps, fit_micro_batch
 from trm.model import TinyRecursiveModel, TRMCarry
 from trm.spec import ArchSpec
-from trm.train import accumulate_gradients, accumulation_steps, fit_micro_batch
+from trm.train.step import accumulate_gradients
 
 CPU = torch.device("cpu")
 
@@ -115,7 +116,14 @@ def _step(model, arch, carry, batch, min_halt, micro):
         model.puzzle_emb.clear_pending()
     before = _clone(carry)
     pieces, sums = accumulate_gradients(
-        model, carry, batch, min_halt, micro, arch.loss, carry.batch_size, CPU
+        model,
+        carry,
+        batch,
+        min_halt_steps=min_halt,
+        micro_batch_size=micro,
+        loss=arch.loss,
+        divisor=carry.batch_size,
+        device=CPU,
     )
     for key, value in before.state_dict().items():  # the input carry is left untouched
         assert torch.equal(value, carry.state_dict()[key]), key

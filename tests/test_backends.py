@@ -9,8 +9,8 @@ from attrs import evolve
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import trm.compile as trm_compile
-from trm.compile import choose_compile, compile_for_runtime, compile_unavailable_reason
+import trm.device.compile as trm_compile
+from trm.device.compile import choose_compile, compile_for_runtime, compile_unavailable_reason
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile
 from trm.model import ACTLoss, AdamATan2, TinyRecursiveModel, build_optimizers
@@ -96,13 +96,13 @@ def test_cpu_precision_choice(setting, native, large, expected) -> None:
 def test_cpu_backend_uses_physical_cores_and_answers_only_for_cpu(monkeypatch) -> None:
     monkeypatch.setattr(trm_compile, "cpp_compiler", lambda: "/usr/bin/g++")
     hardware = HardwareProfile(physical_cores=1, logical_cores=2, cpu_native_bf16=True)
-    choice = cpu.configure_runtime(spec_with(), hardware)
+    choice = cpu.configure_cpu(spec_with(), hardware)
     assert choice.device == "cpu" and choice.threads == 1 and torch.get_num_threads() == 1
     assert choice.precision == "bf16" and choice.compile
-    small = cpu.configure_runtime(spec_with(SMALL), hardware)
+    small = cpu.configure_cpu(spec_with(SMALL), hardware)
     assert small.precision == "fp32" and not small.compile
-    assert cpu.configure_runtime(spec_with(device="cuda"), hardware) is None
-    assert cpu.configure_runtime(spec_with(threads=2), hardware).threads == 2
+    assert cpu.configure_cpu(spec_with(device="cuda"), hardware) is None
+    assert cpu.configure_cpu(spec_with(threads=2), hardware).threads == 2
 
 
 # ------------------------------------------------------------------ cuda (no GPU needed)

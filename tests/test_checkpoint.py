@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import trm.cli.run_cmd as run_cmd
+import trm.plan.run_dir as run_dir_module
 from tests.conftest import error_lines
 from tests.tiny_run import (
     TOTAL_STEPS,
@@ -31,12 +31,13 @@ from tests.tiny_run import (
     train_steps,
     write_spec,
 )
-from trm.checkpoint_schedule import CheckpointSchedule, parse_interval
 from trm.cli.main import main
+from trm.data.shape import DatasetShape
 from trm.errors import TrmError
+from trm.plan.run_dir import estimate_checkpoint_bytes
 from trm.plugins import checkpoint as checkpoint_plugin
 from trm.spec import load_spec
-from trm.state import estimate_checkpoint_bytes
+from trm.train.checkpoints import CheckpointSchedule, parse_interval
 
 
 @pytest.fixture(scope="module")
@@ -295,7 +296,9 @@ def test_time_based_interval_follows_the_measured_throughput():
 
 def test_checkpoint_size_estimate_bounds_the_real_file(tiny):
     payload = torch.load(_newest(tiny.reference), weights_only=True)
-    estimate = estimate_checkpoint_bytes(load_spec(tiny.spec), payload["dataset_shape"])
+    estimate = estimate_checkpoint_bytes(
+        load_spec(tiny.spec), DatasetShape.from_dict(payload["dataset_shape"])
+    )
     actual = _newest(tiny.reference).stat().st_size
     assert actual <= estimate <= 3 * actual + 2 * 2**20
 
@@ -303,9 +306,11 @@ def test_checkpoint_size_estimate_bounds_the_real_file(tiny):
 def test_preflight_refuses_a_run_directory_without_room_for_the_checkpoints(
     tiny, tmp_path, cli, monkeypatch
 ):
-    monkeypatch.setattr(run_cmd, "MIN_FREE_BYTES", 0)
+    monkeypatch.setattr(run_dir_module, "MIN_FREE_BYTES", 0)
     real = shutil.disk_usage
-    monkeypatch.setattr(run_cmd.shutil, "disk_usage", lambda p: real(p)._replace(free=50 * 2**10))
+    monkeypatch.setattr(
+        run_dir_module.shutil, "disk_usage", lambda p: real(p)._replace(free=50 * 2**10)
+    )
     result = cli("run", tiny.spec, "--out", tmp_path / "run")
     assert result.code == 2
     (line,) = error_lines(result.err)

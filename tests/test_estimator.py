@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from trm import hookimpl
+from trm.data.shape import DatasetShape
 from trm.hardware import HardwareProfile
-from trm.memory import DatasetShape, MemoryItem
+from trm.memory import MemoryItem
 from trm.model.trm import TinyRecursiveModel
 from trm.plugins import memory_estimator
 from trm.runtime import RuntimeChoice

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from trm.hardware import DeviceSpeed, GpuInfo, HardwareProfile, describe, merge_profiles
-from trm.machine_benchmark import load_cached_speeds, save_cached_speeds
+from trm.measure.machine import load_cached_speeds, save_cached_speeds
 from trm.plugins import system
 
 

@@ -1,4 +1,4 @@
-"""Host memory reuse (trm.host_memory) and the CPU plugin's choice of it."""
+"""Host memory reuse (trm.device.host_memory) and the CPU plugin's choice of it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 import attrs
 import pytest
 
+from trm.device.host_memory import is_supported
 from trm.hardware import HardwareProfile
-from trm.host_memory import is_supported
 from trm.plugins import cpu
 from trm.spec import RunSpec, RuntimeSpec
 
@@ -21,7 +21,7 @@ needs_glibc = pytest.mark.skipif(not is_supported(), reason="glibc on Linux only
 _FAULTS_CHILD = """
 import json, resource, sys
 import torch
-from trm.host_memory import reuse_freed_memory
+from trm.device.host_memory import reuse_freed_memory
 applied = reuse_freed_memory() if sys.argv[1] == "reuse" else False
 a = torch.ones(1024, 97, dtype=torch.bfloat16)
 b = torch.ones(97, 16384, dtype=torch.bfloat16)
@@ -40,7 +40,7 @@ _RELEASE_CHILD = """
 import json
 import psutil
 import torch
-from trm.host_memory import release_idle_memory, reuse_freed_memory
+from trm.device.host_memory import release_idle_memory, reuse_freed_memory
 assert reuse_freed_memory()
 rss = lambda: psutil.Process().memory_info().rss / 2**20
 start = rss()
@@ -95,7 +95,7 @@ class FakeHeap:
 def test_valve_releases_when_idle_memory_grows_past_its_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import trm.host_memory as host_memory
+    import trm.device.host_memory as host_memory
 
     # learns 100 MiB over 2 steps (bound 2 x 100 + 50 = 250 MiB of growth), then the idle
     # heap grows by 64 MiB a step: a release at 292 MiB, the next once it is 250 MiB past that
@@ -111,7 +111,7 @@ def test_valve_releases_when_idle_memory_grows_past_its_bound(
 
 
 def test_valve_is_inert_without_reuse(monkeypatch: pytest.MonkeyPatch) -> None:
-    import trm.host_memory as host_memory
+    import trm.device.host_memory as host_memory
 
     monkeypatch.setattr(host_memory, "_applied", False)
     valve = host_memory.IdleMemoryValve(learn_steps=0, slack_bytes=0)
@@ -119,7 +119,7 @@ def test_valve_is_inert_without_reuse(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_cpu_plugin_asks_for_reuse_where_supported() -> None:
-    choice = cpu.configure_runtime(spec=RunSpec(), hardware=HardwareProfile(physical_cores=2))
+    choice = cpu.configure_cpu(spec=RunSpec(), hardware=HardwareProfile(physical_cores=2))
     assert choice is not None
     assert choice.reuse_host_memory is is_supported()
 
@@ -127,7 +127,7 @@ def test_cpu_plugin_asks_for_reuse_where_supported() -> None:
 @pytest.mark.parametrize("setting", ["auto", "reuse", "system"])
 def test_cpu_plugin_follows_runtime_host_memory(setting: str) -> None:
     spec = RunSpec(runtime=RuntimeSpec(host_memory=setting))
-    choice = cpu.configure_runtime(spec=spec, hardware=HardwareProfile(physical_cores=2))
+    choice = cpu.configure_cpu(spec=spec, hardware=HardwareProfile(physical_cores=2))
     assert choice.reuse_host_memory is (setting != "system" and is_supported())
 
 

@@ -10,9 +10,10 @@ import torch
 
 from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
-from trm.evaluate import evaluate
+from trm.data.shape import read_shape
+from trm.model import build_model
 from trm.spec import load_spec
-from trm.train import build_model, dataset_shape
+from trm.train.evaluate import evaluate
 
 SPEC = """
 name = "learn-test"
@@ -61,7 +62,7 @@ def untrained_exact_accuracy(run_dir: Path) -> float:
     spec = load_spec(run_dir / "spec.toml")
     torch.manual_seed(spec.train.seed)
     split = open_split(run_dir / "data" / "test")
-    model = build_model(spec, dataset_shape(split.metadata))
+    model = build_model(spec.arch, read_shape(run_dir / "data", "test"))
     result = evaluate(
         model, SplitIndex(split), spec.arch.halt_max_steps, 256, torch.device("cpu"), None
     )

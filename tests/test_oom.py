@@ -25,7 +25,7 @@ from tests.tiny_run import (
 )
 from trm.cli.main import main
 from trm.control import TrainControl
-from trm.oom import is_out_of_memory, memory_kind
+from trm.device.oom import is_out_of_memory, memory_kind
 from trm.plugins import memory_guard
 from trm.spec import load_spec
 
@@ -44,9 +44,9 @@ def tiny(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def quiet_memory(monkeypatch):
     """Low, steady pressure, so only injected faults change the micro-batch."""
-    memory_guard.set_reader(lambda device: memory_guard.MemoryPressure(host=0.3))
-    yield
-    memory_guard.set_reader(None)
+    monkeypatch.setattr(
+        memory_guard, "read_pressure", lambda device: memory_guard.MemoryPressure(host=0.3)
+    )
 
 
 def _final(run_dir):
@@ -130,20 +130,22 @@ class _Loop:
         self.state = SimpleNamespace(
             spec=spec, micro_batch_size=micro, step=0, device=torch.device("cpu")
         )
-        memory_guard.on_train_start(self.state, TrainControl())
+        self.pressure = memory_guard.MemoryPressure(host=0.3)
+        self.guard = memory_guard.MemoryGuard(reader=lambda device: self.pressure)
+        self.guard.on_train_start(self.state, TrainControl())
 
     def step(self, pressure: memory_guard.MemoryPressure) -> TrainControl:
         self.state.step += 1
         control = TrainControl()
-        memory_guard.set_reader(lambda device: pressure)
-        memory_guard.on_step(self.state, {}, control)
+        self.pressure = pressure
+        self.guard.on_step(self.state, {}, control)
         self._apply(control)
         return control
 
     def oom(self) -> None:
         """A step that ran out of memory, was retried with the smaller size and finished."""
         control = TrainControl()
-        memory_guard.on_out_of_memory(self.state, torch.OutOfMemoryError("CUDA oom"), control)
+        self.guard.on_out_of_memory(self.state, torch.OutOfMemoryError("CUDA oom"), control)
         self._apply(control)
         self.step(memory_guard.MemoryPressure(0.2))  # its own end: not counted as a low step
 

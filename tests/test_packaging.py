@@ -32,4 +32,6 @@ def test_every_declared_entry_point_is_installed_and_imports():
     installed = {ep.name: ep.value for ep in metadata.entry_points(group="trm.plugins")}
     for name, target in declared.items():
         assert installed.get(name) == target, f"reinstall: pip install -e . ({name})"
-        importlib.import_module(target)
+        module, _, attribute = target.partition(":")
+        loaded = importlib.import_module(module)
+        assert not attribute or hasattr(loaded, attribute), target

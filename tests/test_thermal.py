@@ -235,11 +235,12 @@ def test_other_plugins_receive_the_events_and_act_through_control(
 def test_an_injected_sensor_replaces_the_hardware(tiny, tmp_path, cli, monkeypatch):
     monkeypatch.setenv("TRM_THERMAL_POLL_S", "0")
     monkeypatch.setenv("TRM_THERMAL_COOL_S", "0")
-    thermal.set_sensor(TraceSensor([_cpu(50), _cpu(95)]))
-    try:
-        result = cli("run", tiny.spec, "--out", tmp_path / "run", "--plugins", "thermal")
-    finally:
-        thermal.set_sensor(None)
+    injected = thermal.Thermal(sensor=TraceSensor([_cpu(50), _cpu(95)]))
+    real = run_cmd.load_plugins
+    monkeypatch.setattr(
+        run_cmd, "load_plugins", lambda names: real(names, extra_modules=[("thermal", injected)])
+    )
+    result = cli("run", tiny.spec, "--out", tmp_path / "run")
     assert result.code == 0, result.err
     assert [e["level"] for e in events(tmp_path / "run", "thermal")] == ["hot"]
 

@@ -7,9 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trm.hardware import HardwareProfile
-from trm.memory import MemoryEstimate, MemoryItem
+from trm.memory import MODE_TARGETS, MemoryEstimate, MemoryItem
 from trm.plugins import tiers
-from trm.prepare import MODE_TARGETS
 from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec
 
 GIB = 2**30

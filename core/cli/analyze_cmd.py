@@ -10,35 +10,28 @@ and suggestions and warnings. ``--generate-configs DIR`` writes one TOML spec pe
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from trm.cli.common import add_set_option
 from trm.cli.output import info, print_json
 from trm.errors import TrmError
-from trm.hardware import HardwareProfile, describe, format_bytes, profile_to_dict
-from trm.memory import DatasetShape, MemoryEstimate
-from trm.plugin_manager import TrmPluginManager, load_plugins
-from trm.prepare import (
-    EXTREME_RISKS,
-    MODE_TARGETS,
-    MODES,
-    adapt_spec,
-    choose_runtime,
-    detect_hardware,
-    estimate_memory,
+from trm.hardware import HardwareProfile, describe, format_bytes
+from trm.measure.machine import run_benchmark
+from trm.measure.speed import (
+    device_peak_gflops,
+    format_duration,
+    performance_score,
+    samples_per_s_at_peak,
 )
+from trm.paths import RUNS_ROOT, default_run_dir
+from trm.plan import plan_run
+from trm.plan.pipeline import detect_hardware
+from trm.plan.tiers import TierPlan, advice, plan_tiers
+from trm.plugin_manager import load_plugins
 from trm.spec import RunSpec, apply_overrides, load_spec, resolve_spec_path, spec_to_toml
-
-# What a score (best measured matmul TFLOP/s x 100) means for TRM training.
-SCORE_MEANINGS = (
-    (30, "laptop-class CPU: the quickstart trains in minutes; the paper's recipes take weeks"),
-    (300, "workstation CPU or small GPU: mid-size TRMs in hours; paper recipes take days"),
-    (3000, "data-centre GPU class: the paper's Sudoku recipes in about a day"),
-    (math.inf, "top-end accelerator: the paper's recipes in hours"),
-)
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -55,147 +48,59 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     parser.add_argument(
         "--benchmark", action="store_true", help="measure matmul, memory and disk speed (cached)"
     )
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec value"
-    )
+    add_set_option(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.set_defaults(func=run)
 
 
-# ----------------------------------------------------------------------------- speed
-
-
-def device_peak_gflops(
-    hardware: HardwareProfile, device: str, precision: str
-) -> tuple[float | None, str]:
-    """Matmul GFLOP/s of ``device`` at ``precision``: cached ``--benchmark`` or a quick probe."""
-    speed = hardware.speed_of(device)
-    if speed is not None:
-        value = (
-            speed.matmul_bf16_gflops if precision in ("bf16", "fp16") else speed.matmul_fp32_gflops
-        )
-        if value:
-            return value, "measured by trm analyze --benchmark"
-    try:
-        from trm.peak import measure_gemm_peak
-
-        probe = "bf16" if precision in ("bf16", "fp16") else "fp32"
-        return measure_gemm_peak(device, probe, duration_s=0.25).gflops, "quick probe now"
-    except Exception:  # no such device here, or the probe failed: say unknown
-        return None, "unknown"
-
-
-def performance_score(gflops: float | None) -> tuple[int | None, str]:
-    """Score = best matmul TFLOP/s x 100, with what it means for TRM training."""
-    if gflops is None:
-        return None, "unknown: the matmul speed could not be measured"
-    score = round(gflops / 10)
-    for limit, meaning in SCORE_MEANINGS:
-        if score < limit:
-            return score, meaning
-    return score, SCORE_MEANINGS[-1][1]  # pragma: no cover
-
-
-def total_steps(spec: RunSpec, dataset: DatasetShape) -> int:
-    if spec.train.max_steps > 0:
-        return spec.train.max_steps
-    groups = max(dataset.total_groups, 1)
-    return max(1, math.ceil(spec.train.epochs * groups / spec.train.global_batch_size))
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.0f} s"
-
-
-# ----------------------------------------------------------------------------- tiers
-
-
-def plan_tiers(
-    pm: TrmPluginManager,
-    spec: RunSpec,
-    hardware: HardwareProfile,
-    estimate: MemoryEstimate,
-    dataset: DatasetShape,
-) -> list[dict[str, Any]]:
-    """One row per tier: the adapted spec, its estimate, speed and time to finish."""
-    from trm.flops import model_flops
-
-    tiers = []
-    peaks: dict[tuple[str, str], float | None] = {}  # one probe per device and precision
-    for mode in MODES:
-        adapted, changes = adapt_spec(pm, spec, hardware, estimate, mode)
-        runtime = choose_runtime(pm, adapted, hardware)
-        fitted = estimate.for_spec(adapted)
-        where = fitted.limiting_location()
-        budget = fitted.host_budget_bytes if where == "host" else fitted.device_budget_bytes
-        micro = adapted.runtime.micro_batch_size or adapted.train.global_batch_size
-        flops = model_flops(adapted.arch, dataset.seq_len, dataset.vocab_size).per_sample
+def tier_speeds(
+    tiers: list[TierPlan], hardware: HardwareProfile
+) -> list[tuple[float | None, float | None]]:
+    """(samples/s at the matmul peak, seconds to finish) per tier; one probe per device and
+    precision."""
+    peaks: dict[tuple[str, str], float | None] = {}
+    speeds = []
+    for tier in tiers:
+        runtime = tier.plan.runtime
         key = (runtime.device, runtime.precision)
         if key not in peaks:
             peaks[key] = device_peak_gflops(hardware, *key)[0]
-        gflops = peaks[key]
-        samples_per_s = gflops * 1e9 / flops if gflops else None
-        steps = total_steps(adapted, dataset)
-        samples = steps * adapted.train.global_batch_size
-        tiers.append(
-            {
-                "mode": mode,
-                "target_fraction": MODE_TARGETS[mode],
-                "spec": adapted,
-                "changes": changes,
-                "device": runtime.device,
-                "precision": runtime.precision,
-                "micro_batch_size": micro,
-                "accumulation": math.ceil(adapted.train.global_batch_size / micro),
-                "predicted_bytes": fitted.charged_bytes(where),
-                "budget_bytes": budget,
-                "budget_share": fitted.budget_fraction(),
-                "fits": fitted.fits(MODE_TARGETS[mode]),
-                "samples_per_s": samples_per_s,
-                "steps": steps,
-                "time_to_finish_s": samples / samples_per_s if samples_per_s else None,
-                "shrunk": any("MODEL SHRUNK" in c["reason"] for c in changes),
-            }
-        )
-    return tiers
-
-
-def advice(
-    hardware: HardwareProfile, tiers: list[dict[str, Any]], estimate: MemoryEstimate
-) -> tuple[list[str], list[str]]:
-    """(suggestions, warnings) for this machine and spec."""
-    suggestions: list[str] = []
-    warnings: list[str] = []
-    if hardware.device_speeds is None:
-        suggestions.append("run `trm analyze --benchmark` once to measure this machine's speeds")
-    if hardware.cpu_native_bf16 is False and not hardware.gpus and not hardware.cuda_devices:
-        suggestions.append("this CPU has no native bf16: fp32 is used; a GPU would help most")
-    if not estimate.fits(1.0):
-        warnings.append("the spec as written does not fit the memory budget; use a tier (--mode)")
-    for tier in tiers:
-        if tier["shrunk"]:
-            warnings.append(
-                f"{tier['mode']}: even a micro-batch of 1 does not fit, so the MODEL IS SHRUNK "
-                "(see the changes); results will differ from the recipe"
-            )
-    if hardware.on_battery:
-        warnings.append("on battery: plug in for long runs (the thermal plugin pauses on battery)")
-    if hardware.swap_total_bytes == 0:
-        warnings.append("no swap: a run that outgrows memory is killed at once; prefer balanced")
-    if hardware.storage_free_bytes is not None and hardware.storage_free_bytes < 2**30:
-        warnings.append(
-            f"only {format_bytes(hardware.storage_free_bytes)} free where runs are written"
-        )
-    warnings.append(f"extreme: {EXTREME_RISKS}")
-    return suggestions, warnings
+        rate = samples_per_s_at_peak(tier.plan.spec, tier.plan.dataset, peaks[key])
+        train = tier.plan.spec.train
+        samples = train.total_steps(tier.plan.dataset.total_groups) * train.global_batch_size
+        speeds.append((rate, samples / rate if rate else None))
+    return speeds
 
 
 # ----------------------------------------------------------------------------- output
+
+
+def tier_rows(tiers: list[TierPlan], hardware: HardwareProfile) -> list[dict[str, Any]]:
+    """One display row per tier (also its JSON document, less ``spec``)."""
+    rows = []
+    for tier, (rate, finish_s) in zip(tiers, tier_speeds(tiers, hardware), strict=True):
+        plan = tier.plan
+        rows.append(
+            {
+                "mode": tier.mode,
+                "target_fraction": tier.target_fraction,
+                "spec": tier.named_spec(),
+                "changes": [attrs.asdict(c) for c in plan.changes],
+                "device": plan.runtime.device,
+                "precision": plan.runtime.precision,
+                "micro_batch_size": tier.micro_batch_size,
+                "accumulation": tier.accumulation,
+                "predicted_bytes": tier.predicted_bytes,
+                "budget_bytes": tier.budget_bytes,
+                "budget_share": tier.budget_share,
+                "fits": tier.fits,
+                "samples_per_s": rate,
+                "steps": plan.spec.train.total_steps(plan.dataset.total_groups),
+                "time_to_finish_s": finish_s,
+                "shrunk": tier.shrunk,
+            }
+        )
+    return rows
 
 
 def generated_toml(tier: dict[str, Any], source: str) -> str:
@@ -222,8 +127,7 @@ def write_configs(directory: Path, tiers: list[dict[str, Any]], source: str) -> 
         ) from exc
     written = []
     for tier in tiers:
-        spec = attrs.evolve(tier["spec"], name=f"{tier['spec'].name}-{tier['mode']}")
-        tier = {**tier, "spec": spec}
+        spec = tier["spec"]
         path = directory / f"{spec.name}.toml"
         path.write_text(generated_toml(tier, source), encoding="utf-8")
         written.append(path)
@@ -317,11 +221,9 @@ def run(args: argparse.Namespace) -> int:
     pm = load_plugins(args.plugins)
     hardware = detect_hardware(pm)
     if args.benchmark:
-        from trm.machine_benchmark import run_benchmark
-
         if not args.json:
             info("measuring matmul, memory bandwidth and disk speed (a few seconds) …")
-        speeds, disk, cache = run_benchmark(hardware, Path("runs"))
+        speeds, disk, cache = run_benchmark(hardware, RUNS_ROOT)
         hardware = attrs.evolve(hardware, device_speeds=speeds, disk_write_mb_per_s=disk)
         if not args.json:
             info(f"cached in {cache}")
@@ -334,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         best, _ = device_peak_gflops(hardware, "cpu", probe)
     score, meaning = performance_score(best)
     document: dict[str, Any] = {
-        "profile": profile_to_dict(hardware),
+        "profile": attrs.asdict(hardware),
         "performance_score": score,
         "performance_meaning": meaning,
         "best_matmul_gflops": best,
@@ -348,19 +250,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     spec = apply_overrides(load_spec(resolve_spec_path(args.spec)), args.set)
-    runtime = choose_runtime(pm, spec, hardware)
-    estimate = estimate_memory(pm, spec, hardware, runtime, log=None if args.json else info)
-    from trm.prepare import dataset_shape
-
-    shape = dataset_shape(pm, spec)
-    tiers = plan_tiers(pm, spec, hardware, estimate, shape)
-    suggestions, warnings = advice(hardware, tiers, estimate)
-    written = (
-        write_configs(args.generate_configs, tiers, args.spec) if args.generate_configs else []
-    )
+    run_dir = default_run_dir(spec.name)
+    log = None if args.json else info
+    as_written = plan_run(pm, spec, None, run_dir, log=log, hardware=hardware)
+    tiers = plan_tiers(pm, spec, hardware, run_dir)
+    suggestions, warnings = advice(hardware, as_written.estimate.fits(1.0), tiers)
+    rows = tier_rows(tiers, hardware)
+    written = write_configs(args.generate_configs, rows, args.spec) if args.generate_configs else []
     document.update(
         spec=spec.name,
-        tiers=[tier_document(t) for t in tiers],
+        tiers=[tier_document(t) for t in rows],
         suggestions=suggestions,
         warnings=warnings,
         generated_configs=[str(p) for p in written],
@@ -370,8 +269,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print_profile(hardware)
     print(f"\nPerformance score {describe(score)}: {meaning}")
-    print_tiers(spec, tiers)
-    for tier in tiers:
+    print_tiers(spec, rows)
+    for tier in rows:
         for c in tier["changes"]:
             print(f"  {tier['mode']}: {c['key']} {c['old']} -> {c['new']} ({c['reason']})")
     if suggestions:

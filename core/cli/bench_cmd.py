@@ -7,12 +7,12 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from trm.bench import BenchResult, run_bench
+from trm.cli.common import add_set_option, positive_int
 from trm.cli.output import info, print_json
-from trm.cli.run_cmd import positive_int
 from trm.errors import TrmError
+from trm.measure.bench import BenchResult, run_bench
+from trm.plan.pipeline import choose_runtime, detect_hardware
 from trm.plugin_manager import load_plugins
-from trm.prepare import choose_runtime, detect_hardware
 from trm.spec import RunSpec, apply_overrides, load_spec, resolve_spec_path
 
 # On a CPU a step of the spec's whole global batch (768 in the paper's recipes) takes minutes;
@@ -41,13 +41,7 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
         help="samples per step (default: the spec's micro-batch or global batch; "
         f"at most {CPU_DEFAULT_BATCH} on a CPU)",
     )
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a spec value, e.g. --set runtime.compile=off; repeatable",
-    )
+    add_set_option(parser)
     parser.add_argument(
         "--no-plain", action="store_true", help="skip timing the plain eager fp32 loop"
     )

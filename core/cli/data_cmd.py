@@ -13,11 +13,11 @@ from typing import Any
 
 import attrs
 
-from trm.cli.main import OneLineParser
+from trm.cli.common import OneLineParser
 from trm.cli.output import info
 from trm.errors import TrmError
+from trm.plan.dataset import build_options, find_data_source
 from trm.plugin_manager import load_plugins
-from trm.prepare import build_options, find_data_source
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -1,8 +1,8 @@
 """``trm estimate SPEC``: the itemised peak memory of a training step against the budget.
 
-Exit 0 when the run fits, 1 when it does not (2 for bad input). With ``--mode`` the spec is
-first fitted to that tier, as ``trm run --mode`` would, and held against the tier's share of
-the budget.
+Exit 0 when the run fits, 1 when it does not (2 for bad input). The spec is first fitted to
+the tier ``--mode`` names (balanced by default, as ``trm run``) and held against the tier's
+share of the budget; ``--mode as-written`` holds the spec unchanged against the whole budget.
 """
 
 from __future__ import annotations
@@ -10,20 +10,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import attrs
+
+from trm.cli.common import add_set_option
 from trm.cli.output import info, print_json
 from trm.hardware import format_bytes
-from trm.memory import MemoryEstimate
+from trm.memory import DEFAULT_MODE, EXTREME_RISKS, MODE_TARGETS, MODES, MemoryEstimate
+from trm.paths import default_run_dir
+from trm.plan import plan_run
 from trm.plugin_manager import load_plugins
-from trm.prepare import (
-    EXTREME_RISKS,
-    MODE_TARGETS,
-    MODES,
-    adapt_spec,
-    choose_runtime,
-    detect_hardware,
-    estimate_memory,
-)
-from trm.spec import apply_overrides, load_spec, resolve_spec_path
+from trm.spec import Change, apply_overrides, load_spec, resolve_spec_path
 
 EXIT_FITS, EXIT_DOES_NOT_FIT = 0, 1
 
@@ -34,17 +30,19 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     )
     parser.add_argument("spec", help="a TOML file or the name of a shipped spec")
     parser.add_argument(
-        "--mode", choices=MODES, help="fit the spec to this tier first and use its target"
+        "--mode",
+        choices=(*MODES, "as-written"),
+        default=DEFAULT_MODE,
+        help=f"fit the spec to this tier first, as trm run does (default {DEFAULT_MODE}); "
+        "as-written: the spec unchanged, against the whole budget",
     )
-    parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec value"
-    )
+    add_set_option(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.set_defaults(func=run)
 
 
 def estimate_document(
-    estimate: MemoryEstimate, target_fraction: float, changes: list[dict[str, Any]]
+    estimate: MemoryEstimate, target_fraction: float, changes: tuple[Change, ...], mode: str
 ) -> dict[str, Any]:
     """The JSON document of ``trm estimate --json`` (field names are a stable interface)."""
     where = estimate.limiting_location()
@@ -64,7 +62,8 @@ def estimate_document(
             {"name": i.name, "bytes": i.bytes, "location": i.location, "note": i.note}
             for i in estimate.items
         ],
-        "changes": changes,
+        "changes": [attrs.asdict(c) for c in changes],
+        "mode": mode,
     }
 
 
@@ -96,24 +95,20 @@ def print_breakdown(document: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     spec = apply_overrides(load_spec(resolve_spec_path(args.spec)), args.set)
     pm = load_plugins(args.plugins)
-    hardware = detect_hardware(pm)
-    runtime = choose_runtime(pm, spec, hardware)
-    estimate = estimate_memory(pm, spec, hardware, runtime, log=info)
-    changes: list[dict[str, Any]] = []
-    target = 1.0
-    if args.mode:
-        spec, changes = adapt_spec(pm, spec, hardware, estimate, args.mode)
-        estimate = estimate.for_spec(spec)
-        target = MODE_TARGETS[args.mode]
-        if not args.json:
-            for change in changes:
-                info(
-                    f"adapted {change['key']}: {change['old']} -> {change['new']} "
-                    f"({change['reason']})"
-                )
-            if args.mode == "extreme":
-                info(f"warning: {EXTREME_RISKS}")
-    document = estimate_document(estimate, target, changes)
+    mode = None if args.mode == "as-written" else args.mode
+    plan = plan_run(pm, spec, mode, default_run_dir(spec.name), log=info)
+    target = MODE_TARGETS[mode] if mode else 1.0
+    if not args.json:
+        info(
+            f"mode {args.mode}"
+            + (" (the default of trm run)" if args.mode == DEFAULT_MODE else "")
+            + f": the step must stay under {target:.0%} of the budget"
+        )
+        for change in plan.changes:
+            info(change.describe())
+        if mode == "extreme":
+            info(f"warning: {EXTREME_RISKS}")
+    document = estimate_document(plan.estimate, target, plan.changes, args.mode)
     if args.json:
         print_json(document)
     else:

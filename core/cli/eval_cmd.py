@@ -12,12 +12,14 @@ import torch
 from trm.cli.output import info, print_json
 from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
+from trm.device.transfer import to_device
 from trm.errors import TrmError
-from trm.evaluate import evaluate, predict, to_device
-from trm.inference import restore_model
+from trm.plan.dataset import find_data_source
+from trm.plan.pipeline import choose_runtime, detect_hardware
 from trm.plugin_manager import TrmPluginManager, load_plugins
-from trm.prepare import choose_runtime, detect_hardware, find_data_source
 from trm.spec import RunSpec, spec_from_dict
+from trm.train.evaluate import evaluate, predict
+from trm.train.inference import checkpoint_shape, restore_model
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -92,7 +94,7 @@ def run_solve(args: argparse.Namespace) -> int:
     pm, payload, runtime, spec, model = _restore(args)
     device = torch.device(runtime.device)
     source = find_data_source(pm, spec.data.source)
-    seq_len = int(payload["dataset_shape"]["seq_len"])
+    seq_len = checkpoint_shape(payload).seq_len
     text = args.puzzle
     if Path(text).is_file():
         text = Path(text).read_text()

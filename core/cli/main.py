@@ -13,16 +13,8 @@ import traceback
 from collections.abc import Sequence
 
 from trm import __version__
-from trm.errors import TrmError
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one ``trm: error:`` line and exit code 2."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise TrmError(f"{message} (see `{self.prog} --help`)")
+from trm.cli.common import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, OneLineParser
+from trm.errors import TrainingFailed, TrmError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,10 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("trm: stopped by the user", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_STOPPED
     except Exception as exc:
-        from trm.train import TrainingFailed
-
         if debug or not isinstance(exc, TrainingFailed):
             traceback.print_exc()
         print(f"trm: error: {exc}", file=sys.stderr)

@@ -32,3 +32,12 @@ __all__ = [
     "stablemax_cross_entropy",
     "stablemax_log_probs",
 ]
+
+
+def build_model(arch, dataset) -> TinyRecursiveModel:
+    """The TRM of ``arch`` (an ArchSpec) for a dataset of ``dataset``'s shape (a
+    :class:`trm.data.shape.DatasetShape`)."""
+    return TinyRecursiveModel(arch, **dataset.model_kwargs())
+
+
+__all__ += ["build_model"]

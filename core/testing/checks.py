@@ -24,8 +24,9 @@ import attrs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from trm.data.shape import DatasetShape
 from trm.hardware import HardwareProfile
-from trm.memory import LOCATIONS, DatasetShape, MemoryItem, collect_estimate
+from trm.memory import LOCATIONS, MemoryItem, collect_estimate
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec, RuntimeSpec
 from trm.testing.strategies import dataset_shapes, hardware_profiles, run_specs, runtimes

@@ -9,8 +9,8 @@ from __future__ import annotations
 import attrs
 from hypothesis import strategies as st
 
+from trm.data.shape import DatasetShape
 from trm.hardware import GpuInfo, HardwareProfile
-from trm.memory import DatasetShape
 from trm.runtime import RuntimeChoice
 from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec, validate
 

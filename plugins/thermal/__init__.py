@@ -17,7 +17,7 @@ Default responses:
   ``TRM_THERMAL_BATTERY_PAUSE_S`` (default 300) while it stays so.
 
 ``TRM_THERMAL_TRACE=FILE`` replays recorded readings instead of the hardware (JSON lines, as
-``TRM_THERMAL_RECORD=FILE`` writes them); :func:`set_sensor` does the same in process.
+``TRM_THERMAL_RECORD=FILE`` writes them); ``Thermal(sensor=...)`` does the same in process.
 """
 
 from __future__ import annotations
@@ -26,10 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from attrs import define, field
-
 from trm import hookimpl
-from trm.control import TrainControl
+from trm.control import LEVELS, ThermalEvent, TrainControl, fit_micro_batch
 from trm.plugins.thermal.policy import ThermalSettings, battery_low, classify
 from trm.plugins.thermal.sensors import (
     Reading,
@@ -40,32 +38,32 @@ from trm.plugins.thermal.sensors import (
     reading_to_json,
 )
 from trm.state import TrainState
-from trm.thermal_event import LEVELS, ThermalEvent
-from trm.train import fit_micro_batch
 
-ACTIVATION = "opt-in"
 CRITICAL_PAUSE_FACTOR = 3.0
 
 
-@define
-class _Monitor:
-    """Per-run state of the plugin."""
+class Thermal:
+    """thermal: watch temperatures, throttling and battery; cool down instead of cooking.
 
-    settings: ThermalSettings = field(factory=ThermalSettings)
-    sensor: Sensor | None = None
-    injected: Sensor | None = None
-    last_poll_s: float = float("-inf")
-    level: str = "normal"
-    battery_low: bool = False
-    saved_micro_batch: int | None = None
-    set_micro_batch: int | None = None
+    One instance per run (the plugin manager makes it). ``sensor`` replaces the hardware
+    (tests, replays); None probes the machine at the start of the run.
+    """
+
+    ACTIVATION = "opt-in"
+
+    def __init__(self, sensor: Sensor | None = None) -> None:
+        self.injected = sensor
+        self.settings = ThermalSettings()
+        self.sensor: Sensor | None = None
+        self.last_poll_s = float("-inf")
+        self.level = "normal"
+        self.battery_low = False
+        self.saved_micro_batch: int | None = None
+        self.set_micro_batch: int | None = None
 
     def start(self, settings: ThermalSettings) -> list[str]:
         """Choose the sensor; returns the lines describing what was found."""
         self.settings = settings
-        self.last_poll_s = float("-inf")
-        self.level, self.battery_low = "normal", False
-        self.saved_micro_batch = self.set_micro_batch = None
         if self.injected is not None:
             self.sensor = self.injected
             return ["thermal: reading an injected sensor"]
@@ -82,41 +80,30 @@ class _Monitor:
             return [note]
         return [f"thermal: sensors: {'; '.join(lines)}"]
 
+    @hookimpl
+    def on_train_start(self, state: TrainState, control: TrainControl) -> None:
+        for line in self.start(ThermalSettings.from_env()):
+            control.log(line)
 
-_monitor = _Monitor()
-
-
-def set_sensor(sensor: Sensor | None) -> None:
-    """Read ``sensor`` instead of the hardware from the next run on (None: the hardware)."""
-    _monitor.injected = sensor
-
-
-@hookimpl
-def on_train_start(state: TrainState, control: TrainControl) -> None:
-    for line in _monitor.start(ThermalSettings.from_env()):
-        control.log(line)
-
-
-@hookimpl
-def on_step(state: TrainState, control: TrainControl) -> None:
-    monitor = _monitor
-    if monitor.sensor is None:
-        return
-    now = time.monotonic()
-    if now - monitor.last_poll_s < monitor.settings.poll_s:
-        return
-    monitor.last_poll_s = now
-    reading = monitor.sensor.read()
-    if monitor.settings.record:
-        with Path(monitor.settings.record).open("a", encoding="utf-8") as handle:
-            handle.write(reading_to_json(reading) + "\n")
-    level = classify(reading, monitor.settings, monitor.level)
-    low = battery_low(reading, monitor.settings)
-    if (level, low) != (monitor.level, monitor.battery_low):
-        control.report_thermal_event(_event(reading, level, low))
-        _respond_to_change(state, control, monitor, level, low)
-        monitor.level, monitor.battery_low = level, low
-    _respond_while(control, monitor, reading, level, low)
+    @hookimpl
+    def on_step(self, state: TrainState, control: TrainControl) -> None:
+        if self.sensor is None:
+            return
+        now = time.monotonic()
+        if now - self.last_poll_s < self.settings.poll_s:
+            return
+        self.last_poll_s = now
+        reading = self.sensor.read()
+        if self.settings.record:
+            with Path(self.settings.record).open("a", encoding="utf-8") as handle:
+                handle.write(reading_to_json(reading) + "\n")
+        level = classify(reading, self.settings, self.level)
+        low = battery_low(reading, self.settings)
+        if (level, low) != (self.level, self.battery_low):
+            control.report_thermal_event(_event(reading, level, low))
+            _respond_to_change(state, control, self, level, low)
+            self.level, self.battery_low = level, low
+        _respond_while(control, self, reading, level, low)
 
 
 def _event(reading: Reading, level: str, low: bool) -> ThermalEvent:
@@ -145,7 +132,7 @@ def _throttled(reading: Reading) -> bool | None:
 
 
 def _respond_to_change(
-    state: TrainState, control: TrainControl, monitor: _Monitor, level: str, low: bool
+    state: TrainState, control: TrainControl, monitor: Thermal, level: str, low: bool
 ) -> None:
     hot = LEVELS.index(level) >= LEVELS.index("hot")
     was_hot = LEVELS.index(monitor.level) >= LEVELS.index("hot")
@@ -171,7 +158,7 @@ def _respond_to_change(
 
 
 def _respond_while(
-    control: TrainControl, monitor: _Monitor, reading: Reading, level: str, low: bool
+    control: TrainControl, monitor: Thermal, reading: Reading, level: str, low: bool
 ) -> None:
     settings = monitor.settings
     if level == "critical":

@@ -66,7 +66,7 @@ def choose_compile(
     """Decide ``runtime.compile`` (auto, on, off) for ``device_type``: (compile?, notice).
 
     ``auto`` compiles where possible and the network is large (``large_network``, see
-    :func:`trm.flops.matmul_bound`: for a small one compiling takes longer than it saves),
+    :func:`trm.measure.flops.matmul_bound`: for a small one compiling takes longer than it saves),
     and otherwise runs eager with a one-line notice; ``on`` where impossible is a TrmError
     naming the reason; ``off`` never compiles.
     """

@@ -4,15 +4,18 @@ Rows carry ``step``. Training rows have no ``kind``; evaluations have ``"kind": 
 events (micro-batch changes, out-of-memory recoveries, pauses, thermal changes, checkpoint
 failures) have ``"kind": "event"`` and an ``event`` name. A resumed run first drops every row
 of a step after the checkpoint it resumes from (and a line cut short by a kill), so the file
-reads as if the run had never stopped.
+reads as if the run had never stopped. :class:`Journal` writes rows and tells the user.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
+
+from trm.control import TrainControl
 
 
 class MetricsLog:
@@ -59,3 +62,27 @@ class MetricsLog:
         if self._file is not None:
             self._file.flush()
             os.fsync(self._file.fileno())
+
+
+class Journal:
+    """What a run tells: rows to metrics.jsonl and lines to the user (``log``).
+
+    Every part of the loop records through one Journal, so an event is written the same way
+    wherever it happens.
+    """
+
+    def __init__(self, metrics: MetricsLog, log: Callable[[str], None]) -> None:
+        self.metrics = metrics
+        self.log = log
+
+    def event(self, step: int, event: str, quiet: bool = False, **fields: Any) -> None:
+        """Record an event row in metrics.jsonl (and show it unless ``quiet``)."""
+        self.metrics.write({"kind": "event", "step": step, "event": event, **fields})
+        if not quiet:
+            details = ", ".join(f"{k}={v}" for k, v in fields.items())
+            self.log(f"step {step}: {event.replace('_', ' ')} ({details})")
+
+    def show(self, control: TrainControl) -> None:
+        """Show the messages plugins logged through ``control`` since the last call."""
+        for message in control.take_messages():
+            self.log(message)

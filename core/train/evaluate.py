@@ -3,35 +3,25 @@
 Exact accuracy counts an example right only when every scored cell is right; cell accuracy
 is the mean fraction of scored cells that are right. Cells whose label is ignored are not
 scored. In evaluation the model never halts early: it runs all ``halt_max_steps`` steps.
+:func:`evaluate_in_run` is the loop's evaluation: EMA weights when kept, a smaller batch after
+out of memory, the best result tracked, the row written, ``on_eval`` called.
 """
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import torch
 
+from trm.control import TrainControl
 from trm.data.sampler import SplitIndex
+from trm.device.memory import free_cached_memory
+from trm.device.oom import is_out_of_memory
+from trm.device.transfer import autocast, to_device
+from trm.plugin_manager import TrmPluginManager
+from trm.state import TrainState
+from trm.train.metrics_log import Journal
 
 IGNORE_LABEL = -100
-
-
-def to_device(batch: dict[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-    """Host arrays to ``device`` tensors. For CUDA the arrays are first copied into pinned
-    (page-locked) host memory, so the copies to the GPU run asynchronously (non-blocking)
-    and overlap with the GPU's work; on the CPU the tensors share the arrays' memory."""
-    tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()}
-    if torch.device(device).type != "cuda":
-        return {k: t.to(device) for k, t in tensors.items()}
-    return {k: t.pin_memory().to(device, non_blocking=True) for k, t in tensors.items()}
-
-
-def autocast(device: torch.device, dtype: torch.dtype | None):
-    """An autocast context for ``dtype``, or a no-op for fp32."""
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 @torch.no_grad()
@@ -97,3 +87,44 @@ def evaluate(
         "exact_accuracy": n_exact / max(n_scored, 1),
         "cell_accuracy": cell_sum / max(n_scored, 1),
     }
+
+
+def evaluate_in_run(
+    state: TrainState,
+    index: SplitIndex,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    pm: TrmPluginManager,
+    control: TrainControl,
+    journal: Journal,
+) -> list[str]:
+    """Evaluate the run's model now; returns ``["best"]`` on a new best, else ``[]``.
+
+    Uses the EMA weights when the run keeps them (the puzzle-embedding table stays live, as
+    in the reference). Out of memory halves the evaluation batch and tries again.
+    """
+    spec, batch_size = state.spec, state.micro_batch_size
+    while True:
+        try:
+            args = (index, spec.arch.halt_max_steps, batch_size, device, dtype)
+            if state.ema is not None:
+                with state.ema.swap_in(state.model):
+                    result = evaluate(state.model, *args, spec.train.eval_max_examples)
+            else:
+                result = evaluate(state.model, *args, spec.train.eval_max_examples)
+            break
+        except Exception as exc:
+            if not is_out_of_memory(exc) or batch_size == 1:
+                raise
+        free_cached_memory(device)
+        journal.log(f"out of memory in evaluation: batch {batch_size} -> {batch_size // 2}")
+        batch_size //= 2
+    state.last_eval = result
+    improved = state.best_step == 0 or result["exact_accuracy"] > state.best_exact_accuracy
+    if improved:
+        state.best_exact_accuracy = result["exact_accuracy"]
+        state.best_step = state.step
+    record = {"kind": "eval", "step": state.step, **result}
+    journal.metrics.write(record)
+    pm.hook.on_eval(state=state, metrics=record, control=control)
+    return ["best"] if improved else []

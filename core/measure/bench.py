@@ -8,13 +8,13 @@ A *sample* is one puzzle through one supervision step, so a step of batch B is B
 It reports, measured in the same process:
 
 - trm: samples/s over ``steps`` steps after ``warmup`` steps (compilation happens there);
-- the analytic model FLOPs per sample (:mod:`trm.flops`) and the achieved GFLOP/s;
-- the GEMM peak at the run's precision (:mod:`trm.peak`, best window, measured before and
+- the analytic model FLOPs per sample (:mod:`trm.measure.flops`) and the achieved GFLOP/s;
+- the GEMM peak at the run's precision (:mod:`trm.measure.peak`, best window, measured before and
   after the loops, the higher kept) and MFU = achieved / peak;
 - plain: a plain PyTorch loop of the same model in eager fp32 (no compile, no autocast, the
   reference implementation's formulation; :func:`time_plain_loop`), its samples/s and the
   speed-up of trm over it. It is timed before the trm loop, so it runs with the C library's
-  default allocator settings (the trm loop may switch on :mod:`trm.host_memory` reuse).
+  default allocator settings (the trm loop may switch on :mod:`trm.device.host_memory` reuse).
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ import psutil
 from attrs import frozen
 
 from trm import hookimpl
-from trm.data.puzzle_dataset import open_split
-from trm.flops import model_flops
-from trm.peak import GemmPeak, measure_gemm_peak
+from trm.data.shape import read_shape
+from trm.measure.flops import model_flops
+from trm.measure.peak import GemmPeak, measure_gemm_peak
+from trm.plan.dataset import ensure_dataset, find_data_source
 from trm.plugin_manager import load_plugins
-from trm.prepare import ensure_dataset, find_data_source
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
+from trm.train import Trainer
 
 # Plugins a bench switches off: the live display and checkpoint writes are not the loop's
 # speed (an interval checkpoint could land inside a timed step).
@@ -193,8 +194,6 @@ def time_loop(
     warmup: int,
 ) -> LoopTiming:
     """Train ``spec`` with the real loop into ``run_dir`` and time its optimizer steps."""
-    from trm.train import Trainer
-
     timer = StepTimer()
     run_dir.mkdir(parents=True, exist_ok=True)
     pm = load_plugins([*requested_plugins, *_BENCH_OFF], extra_modules=[("bench-timer", timer)])
@@ -222,18 +221,19 @@ def time_plain_loop(
     """
     import torch
 
+    from trm.data.puzzle_dataset import open_split
     from trm.data.sampler import SplitIndex, TrainSampler
-    from trm.evaluate import to_device
+    from trm.device.transfer import to_device
     from trm.model import EMA, ACTLoss, TinyRecursiveModel, build_optimizers, lr_at_step
-    from trm.train import dataset_shape
 
     train = spec.train
     torch.manual_seed(train.seed)
     index = SplitIndex(open_split(data_dir / spec.data.train_split))
     sampler = TrainSampler(index, train.global_batch_size, train.seed)
-    shape = dataset_shape(index.split.metadata)
+    shape = read_shape(data_dir, spec.data.train_split)
     target = torch.device(device)
-    model = TinyRecursiveModel(spec.arch, **shape, position_major=False).to(target).train()
+    model = TinyRecursiveModel(spec.arch, **shape.model_kwargs(), position_major=False)
+    model = model.to(target).train()
     optimizers = build_optimizers(model, train)
     ema = EMA(model, train.ema_rate) if train.ema else None
     carry = model.initial_carry(to_device(index.gather(sampler.examples_for_step(0)), target))
@@ -251,7 +251,7 @@ def time_plain_loop(
         (loss / train.global_batch_size).backward()
         for opt in optimizers:
             for group in opt.param_groups:
-                group["lr"] = lr_at_step(step, train, total, group["base_lr"])
+                group["lr"] = lr_at_step(step + 1, train, total, group["base_lr"])
             opt.step()
         if ema is not None:
             ema.update(model)
@@ -287,8 +287,8 @@ def run_bench(
     try:
         pm = load_plugins([*requested_plugins, *_BENCH_OFF])
         data_dir = ensure_dataset(pm, small_data_spec(spec, pm, batch_size), root, log)
-        metadata = open_split(data_dir / spec.data.train_split).metadata
-        flops = model_flops(spec.arch, int(metadata.seq_len), int(metadata.vocab_size))
+        shape = read_shape(data_dir, spec.data.train_split)
+        flops = model_flops(spec.arch, shape.seq_len, shape.vocab_size)
         spec_b = bench_spec(spec, batch_size, warmup + steps)
         device = runtime.device
         precision = runtime.precision if runtime.autocast_dtype is not None else "fp32"
@@ -299,7 +299,7 @@ def run_bench(
             [measure_gemm_peak(device, "fp32", peak_s)] if plain and precision != "fp32" else []
         )
         # The plain loop runs first: the trm loop may switch on host-memory reuse for the
-        # whole process (trm.host_memory), which a plain PyTorch loop does not have.
+        # whole process (trm.device.host_memory), which a plain PyTorch loop does not have.
         plain_timing, plain_load = None, None
         if plain:
             log(f"timing the plain eager fp32 loop: {warmup} warm-up + {steps} steps")

@@ -13,6 +13,8 @@ import time
 import torch
 from attrs import frozen
 
+from trm.device.transfer import synchronize
+
 PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Square sizes probed, smallest first; growth stops once one product takes _GROW_LIMIT_S.
 _SIZES = (512, 1024, 2048, 4096, 8192)
@@ -37,19 +39,12 @@ class GemmPeak:
     seconds: float
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
 def _time_products(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, count: int) -> float:
-    _sync(a.device)
+    synchronize(a.device)
     start = time.perf_counter()
     for _ in range(count):
         torch.mm(a, b, out=out)
-    _sync(a.device)
+    synchronize(a.device)
     return time.perf_counter() - start
 
 
@@ -98,12 +93,3 @@ def measure_gemm_peak(
         windows_gflops=rates,
         seconds=time.perf_counter() - started,
     )
-
-
-def measure_peaks(
-    device: torch.device | str = "cpu",
-    precisions: tuple[str, ...] = ("fp32", "bf16"),
-    duration_s: float = 1.5,
-) -> dict[str, GemmPeak]:
-    """:func:`measure_gemm_peak` for each precision, keyed by precision name."""
-    return {p: measure_gemm_peak(device, p, duration_s) for p in precisions}

@@ -1,10 +1,11 @@
 """``trm analyze --benchmark``: measured matmul, memory-bandwidth and disk-write speeds.
 
-A few seconds per device: GEMM GFLOP/s at fp32 and bf16 (:func:`trm.peak.measure_gemm_peak`),
-memory bandwidth as the best rate of copying a 256 MiB buffer (read + write bytes counted),
-and the disk's sequential write rate (64 MiB written and fsync'ed where runs go). Results are
-cached per machine in the user cache directory (platformdirs), so ``detect_hardware`` can
-report them and speed estimates reuse them without measuring again.
+A few seconds per device: GEMM GFLOP/s at fp32 and bf16
+(:func:`trm.measure.peak.measure_gemm_peak`), memory bandwidth as the best rate of copying a
+256 MiB buffer (read + write bytes counted), and the disk's sequential write rate (64 MiB
+written and fsync'ed where runs go). Results are cached per machine in the user cache
+directory (platformdirs), so ``detect_hardware`` can report them and speed estimates reuse
+them without measuring again.
 """
 
 from __future__ import annotations
@@ -16,25 +17,17 @@ import platform
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import attrs
 
+from trm.device.transfer import synchronize
 from trm.hardware import DeviceSpeed, HardwareProfile
+from trm.measure.peak import measure_gemm_peak
+from trm.paths import cache_dir
 
 CACHE_VERSION = 1
 _COPY_BYTES = 256 * 2**20
 _DISK_BYTES = 64 * 2**20
-
-
-def cache_dir() -> Path:
-    """The per-user cache directory of trm (``TRM_CACHE_DIR`` overrides it)."""
-    override = os.environ.get("TRM_CACHE_DIR")
-    if override:
-        return Path(override)
-    from platformdirs import user_cache_dir
-
-    return Path(user_cache_dir("trm", appauthor=False))
 
 
 def machine_key() -> str:
@@ -102,10 +95,10 @@ def measure_memory_bandwidth(device: str = "cpu", repeats: int = 5) -> float:
     dst.copy_(src)  # first touch: page faults and allocation outside the timing
     best_s = float("inf")
     for _ in range(repeats):
-        _sync(dev)
+        synchronize(dev)
         start = time.perf_counter()
         dst.copy_(src)
-        _sync(dev)
+        synchronize(dev)
         best_s = min(best_s, time.perf_counter() - start)
     return 2 * _COPY_BYTES / best_s / 1e9
 
@@ -124,15 +117,6 @@ def measure_disk_write(directory: Path) -> float:
     return _DISK_BYTES / elapsed / 1e6
 
 
-def _sync(device: Any) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
 def benchmark_devices(hardware: HardwareProfile) -> list[str]:
     """The devices to measure: the CPU, every CUDA GPU, the Apple GPU."""
     devices = ["cpu"]
@@ -148,8 +132,6 @@ def run_benchmark(
     hardware: HardwareProfile, run_root: Path, duration_s: float = 0.6
 ) -> tuple[tuple[DeviceSpeed, ...], float | None, Path]:
     """Measure every device and the disk, cache the results; ``(speeds, disk MB/s, cache)``."""
-    from trm.peak import measure_gemm_peak
-
     speeds: list[DeviceSpeed] = []
     for device in benchmark_devices(hardware):
         fp32 = measure_gemm_peak(device, "fp32", duration_s).gflops

@@ -13,8 +13,6 @@ memory-guard plugin watches host pressure for that reason.)
 
 from __future__ import annotations
 
-import gc
-
 import torch
 
 _OOM_TYPES: tuple[type[BaseException], ...] = tuple(
@@ -52,13 +50,3 @@ def memory_kind(error: BaseException) -> str:
     if isinstance(error, MemoryError) or "allocator" in text or "can't allocate" in text:
         return "host"
     return "CUDA device"
-
-
-def free_cached_memory(device: torch.device) -> None:
-    """Collect garbage and hand the allocator's cached blocks on ``device`` back."""
-    gc.collect()
-    if device.type == "cuda" and torch.cuda.is_available():
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
-    elif device.type == "mps" and hasattr(torch, "mps"):
-        torch.mps.empty_cache()

@@ -1,0 +1,41 @@
+"""What every command shares: exit codes, the parser that fails in one line, argument types."""
+
+from __future__ import annotations
+
+import argparse
+
+from trm.errors import TrmError
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # a failure while running (TrainingFailed, a bug)
+EXIT_USAGE = 2  # bad input: one line ``trm: error: …``
+EXIT_STOPPED = 130  # stopped by the user (after a checkpoint, when one could be written)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one ``trm: error:`` line and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise TrmError(f"{message} (see `{self.prog} --help`)")
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_set_option(parser: argparse.ArgumentParser) -> None:
+    """``--set KEY=VALUE`` (repeatable): override a spec value."""
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a spec value, e.g. --set train.lr=3e-4; repeatable",
+    )

@@ -1,0 +1,170 @@
+"""A spec's data before the loop: which source, where the files are, built when needed, and
+the train split's shape.
+
+``[data] dir`` names a built dataset, or is empty: then the source's generator builds one from
+``[data.generate]`` and the seed (the *recipe*) into ``RUN_DIR/data``, reused while
+``RUN_DIR/data/build.json`` records the same recipe. A build goes to a temporary sibling and
+is moved in place when complete, so an interrupted build never leaves half a dataset.
+
+The shape (:class:`trm.data.shape.DatasetShape`) is needed before the data exist (memory and
+time estimates). In order of preference: ``data.dir``'s dataset.json; data already built in
+the run directory from this recipe; the source's promise (an optional method
+``dataset_shape(options, seed) -> DatasetShape`` on the DataSource); a shape cached in the user
+cache directory for this recipe; otherwise the source builds the data once — into the run
+directory when a run is about to use it, else into a temporary directory — and the shape is
+cached for next time (the only slow path; it says so).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trm.data.shape import DatasetShape, read_shape
+from trm.data.source import DataSource
+from trm.errors import TrmError
+from trm.paths import cache_dir
+from trm.plugin_manager import TrmPluginManager
+from trm.spec import CONVERTER, RunSpec, structure_strict
+
+BUILD_RECORD = "build.json"
+Log = Callable[[str], None]
+
+
+def data_sources(pm: TrmPluginManager) -> dict[str, DataSource]:
+    """All registered sources by name; a name offered twice is an error."""
+    found: dict[str, DataSource] = {}
+    for sources in pm.hook.register_data_sources():
+        for source in sources or ():
+            if source.name in found:
+                raise TrmError(
+                    f"two plugins provide the data source {source.name!r}; "
+                    "switch one off with --plugins no:NAME"
+                )
+            found[source.name] = source
+    return found
+
+
+def find_data_source(pm: TrmPluginManager, name: str) -> DataSource:
+    """The source called ``name``; TrmError lists the known ones."""
+    sources = data_sources(pm)
+    if name not in sources:
+        known = ", ".join(sorted(sources)) or "none (is a data plugin switched off?)"
+        raise TrmError(f"data.source: unknown data source {name!r}; known: {known}")
+    return sources[name]
+
+
+def build_options(source: DataSource, table: dict[str, Any], where: str) -> Any:
+    """Structure a ``[data.generate]`` table into the source's options class."""
+    return structure_strict(table, source.options_type, where, root="data.generate")
+
+
+def given_data_dir(spec: RunSpec) -> Path | None:
+    """``data.dir`` as a checked path, or None when the spec builds its data."""
+    if not spec.data.dir:
+        return None
+    path = Path(spec.data.dir).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    what = "is a file, not a dataset directory" if path.exists() else "does not exist"
+    raise TrmError(
+        f"data.dir: {path} {what}; build a dataset with "
+        f"`trm data build {spec.data.source} --out DIR` and set data.dir to DIR"
+    )
+
+
+def build_recipe(source: DataSource, spec: RunSpec) -> dict[str, Any]:
+    """What a built dataset depends on: the source, its options and the seed."""
+    options = build_options(source, spec.data.generate, "data.generate")
+    return {
+        "source": source.name,
+        "options": CONVERTER.unstructure(options),
+        "seed": spec.train.seed,
+    }
+
+
+def _built_matches(data_dir: Path, recipe: dict[str, Any]) -> bool:
+    try:
+        return json.loads((data_dir / BUILD_RECORD).read_text(encoding="utf-8")) == recipe
+    except (OSError, ValueError):
+        return False
+
+
+def ensure_dataset(pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log) -> Path:
+    """The dataset directory the run reads: ``data.dir``, or one built into ``run_dir/data``."""
+    given = given_data_dir(spec)
+    if given is not None:
+        return given
+    source = find_data_source(pm, spec.data.source)
+    recipe = build_recipe(source, spec)
+    data_dir = run_dir / "data"
+    if _built_matches(data_dir, recipe):
+        return data_dir.resolve()
+    log(f"building {source.name} data into {data_dir} …")
+    staging = run_dir / "data.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    options = build_options(source, spec.data.generate, "data.generate")
+    source.build(options, staging, spec.train.seed, log)
+    (staging / BUILD_RECORD).write_text(json.dumps(recipe, indent=2), encoding="utf-8")
+    shutil.rmtree(data_dir, ignore_errors=True)
+    staging.rename(data_dir)
+    return data_dir.resolve()
+
+
+def _shape_cache(recipe: dict[str, Any]) -> Path:
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+    return cache_dir() / "dataset-shapes" / f"{digest}.json"
+
+
+def dataset_shape(
+    pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log | None = None, build: bool = False
+) -> DatasetShape:
+    """The train split's shape of ``spec``'s data (see the module docstring for the order).
+
+    ``run_dir`` is where the run reads (or would read) its built data. With ``build``
+    (``trm run``, about to train there) the last resort builds into ``run_dir``, so the data
+    are built once, not twice.
+    """
+    split = spec.data.train_split
+    given = given_data_dir(spec)
+    if given is not None:
+        return read_shape(given, split)
+    source = find_data_source(pm, spec.data.source)
+    recipe = build_recipe(source, spec)
+    if _built_matches(run_dir / "data", recipe):
+        return read_shape(run_dir / "data", split)
+    options = build_options(source, spec.data.generate, "data.generate")
+    promise = getattr(source, "dataset_shape", None)
+    if callable(promise):
+        return promise(options, spec.train.seed)
+    cached = _shape_cache(recipe)
+    try:
+        return DatasetShape.from_dict(json.loads(cached.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, TrmError):
+        pass
+    if build:
+        try:
+            return read_shape(ensure_dataset(pm, spec, run_dir, log or _quiet), split)
+        except OSError:
+            pass  # not writable: the run will say so; measure in a temporary directory
+    if log is not None:
+        log(f"measuring the shape of the {source.name} data by building it once (cached after)")
+    with tempfile.TemporaryDirectory(prefix="trm-shape-") as tmp:
+        source.build(options, Path(tmp), spec.train.seed, log or _quiet)
+        shape = read_shape(Path(tmp), split)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        cached.write_text(json.dumps(shape.to_dict()), encoding="utf-8")
+    except OSError:
+        pass
+    return shape
+
+
+def _quiet(_message: str) -> None:
+    pass

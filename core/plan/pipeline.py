@@ -1,0 +1,146 @@
+"""The plan of a run: detect → configure → estimate → adapt, written once.
+
+``plan_run`` is what every command that fits a spec to this machine calls (``trm run``,
+``trm estimate``; ``trm analyze`` calls it once per tier). Each step calls one hook and turns
+its answers into the core's types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from attrs import frozen
+
+from trm.data.shape import DatasetShape
+from trm.device.memory import budget_bytes
+from trm.errors import TrmError
+from trm.hardware import HardwareProfile, merge_profiles
+from trm.memory import MODES, MemoryEstimate, collect_estimate
+from trm.plan.dataset import dataset_shape
+from trm.plugin_manager import TrmPluginManager
+from trm.runtime import RuntimeChoice
+from trm.spec import Change, RunSpec
+
+Log = Callable[[str], None]
+
+
+@frozen
+class Plan:
+    """A spec fitted to this machine for one tier.
+
+    ``spec`` is the adapted spec (``requested`` as given), ``changes`` what ``adapt_config``
+    changed and why, ``runtime`` the backend's choice for the adapted spec, ``estimate`` the
+    memory estimate of the adapted spec, ``dataset`` the train split's shape. ``mode`` is the
+    tier (None: the spec as written, not adapted).
+    """
+
+    requested: RunSpec
+    spec: RunSpec
+    mode: str | None
+    hardware: HardwareProfile
+    runtime: RuntimeChoice
+    dataset: DatasetShape
+    estimate: MemoryEstimate
+    changes: tuple[Change, ...]
+
+
+def detect_hardware(pm: TrmPluginManager) -> HardwareProfile:
+    """One profile merged from every plugin's ``detect_hardware`` part."""
+    return merge_profiles(pm.hook.detect_hardware())
+
+
+def choose_runtime(pm: TrmPluginManager, spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice:
+    """The first backend plugin's answer to ``configure_runtime``."""
+    choice = pm.hook.configure_runtime(spec=spec, hardware=hardware)
+    if choice is None:
+        raise TrmError(
+            f"no backend plugin can run runtime.device={spec.runtime.device!r} here; "
+            "use runtime.device='auto' or enable the backend plugin (trm plugins lists them)"
+        )
+    return choice
+
+
+def estimate_memory(
+    pm: TrmPluginManager,
+    spec: RunSpec,
+    hardware: HardwareProfile,
+    runtime: RuntimeChoice,
+    dataset: DatasetShape,
+) -> MemoryEstimate:
+    """Every plugin's items for ``spec``, with the host and device budgets.
+
+    The estimate can be remade for another spec (``MemoryEstimate.for_spec``): the runtime is
+    re-chosen when the spec's runtime section differs, the dataset is kept.
+    """
+
+    def make(candidate: RunSpec) -> MemoryEstimate:
+        chosen = runtime
+        if candidate.runtime != spec.runtime:
+            chosen = choose_runtime(pm, candidate, hardware)
+        parts = pm.hook.estimate_memory(
+            spec=candidate, hardware=hardware, runtime=chosen, dataset=dataset
+        )
+        return collect_estimate(
+            parts,
+            host_budget_bytes=hardware.memory_budget_bytes,
+            device_budget_bytes=budget_bytes(hardware, chosen.device),
+            unified_memory=bool(hardware.unified_memory) and chosen.device == "mps",
+            remake=make,
+        )
+
+    return make(spec)
+
+
+def adapt_spec(
+    pm: TrmPluginManager,
+    spec: RunSpec,
+    hardware: HardwareProfile,
+    estimate: MemoryEstimate,
+    mode: str,
+) -> tuple[RunSpec, tuple[Change, ...]]:
+    """Run the ``adapt_config`` chain; returns the final spec and every recorded change."""
+    results = pm.call_chained(
+        "adapt_config", "spec", spec=spec, hardware=hardware, estimate=estimate, mode=mode
+    )
+    changes: list[Change] = []
+    for new_spec, plugin_changes in results:
+        spec = new_spec
+        changes.extend(_as_change(change) for change in plugin_changes)
+    return spec, tuple(changes)
+
+
+def _as_change(change: Change | tuple) -> Change:
+    """A plugin's change; the 4-tuple ``(key, old, new, reason)`` of older plugins is read too."""
+    return change if isinstance(change, Change) else Change(*change)
+
+
+def plan_run(
+    pm: TrmPluginManager,
+    spec: RunSpec,
+    mode: str | None,
+    run_dir: Path,
+    log: Log | None = None,
+    build_data: bool = False,
+    hardware: HardwareProfile | None = None,
+) -> Plan:
+    """Fit ``spec`` to this machine for ``mode`` (None: as written).
+
+    ``run_dir`` is where the run reads its built data (``build_data``: build it there when
+    the shape cannot be known otherwise). ``hardware`` reuses a profile already detected.
+    The runtime is chosen again after adapting, since a tier may set precision or threads.
+    """
+    if mode is not None and mode not in MODES:
+        raise TrmError(f"mode {mode!r}: choose one of {', '.join(MODES)}")
+    hardware = hardware if hardware is not None else detect_hardware(pm)
+    runtime = choose_runtime(pm, spec, hardware)
+    dataset = dataset_shape(pm, spec, run_dir, log, build=build_data)
+    estimate = estimate_memory(pm, spec, hardware, runtime, dataset)
+    adapted, changes = spec, ()
+    if mode is not None:
+        adapted, changes = adapt_spec(pm, spec, hardware, estimate, mode)
+    if adapted != spec:
+        if adapted.runtime != spec.runtime:
+            runtime = choose_runtime(pm, adapted, hardware)
+        estimate = estimate.for_spec(adapted)
+    return Plan(spec, adapted, mode, hardware, runtime, dataset, estimate, changes)

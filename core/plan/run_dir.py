@@ -1,0 +1,116 @@
+"""The run directory before training: writable, locked to one process, room for checkpoints,
+and the files that describe the run (spec.toml, hardware.json, adaptations.json)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import IO
+
+import attrs
+import torch
+
+from trm.data.shape import DatasetShape
+from trm.errors import TrmError
+from trm.plan.pipeline import Plan
+from trm.spec import RunSpec, spec_to_toml
+
+MIN_FREE_BYTES = 64 * 2**20
+MIN_CHECKPOINTS_ROOM = 3
+LOCK_FILE = ".lock"
+# Checkpoint bytes beyond the tensors (spec, pickle framing, zip directory), a generous bound.
+CHECKPOINT_OVERHEAD_BYTES = 1 << 20
+
+
+def preflight(run_dir: Path) -> None:
+    """The run directory must be creatable, writable and have some room."""
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise TrmError(
+            f"run directory {run_dir} is not writable ({exc.strerror or exc}); "
+            "choose another with --out"
+        ) from exc
+    free = shutil.disk_usage(run_dir).free
+    if free < MIN_FREE_BYTES:
+        raise TrmError(f"only {free // 2**20} MiB free at {run_dir}; free space or use --out")
+
+
+def lock_run_dir(run_dir: Path) -> IO[str] | None:
+    """Hold an exclusive lock on ``run_dir`` for this process's life (POSIX; else no-op)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    handle = (run_dir / LOCK_FILE).open("a+")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise TrmError(
+            f"{run_dir} is in use by another trm run ({holder}); wait for it or use another --out"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def estimate_checkpoint_bytes(spec: RunSpec, dataset: DatasetShape) -> int:
+    """An upper estimate of one checkpoint's size on disk for ``spec`` on that dataset.
+
+    Builds the model on the meta device (no memory), then counts its state dict, the EMA
+    shadows (trainable parameters), the dense optimizer's two moments per trainable
+    parameter, the carry (z_H and z_L for the global batch, plus its data rows) and a fixed
+    overhead.
+    """
+    from trm.model import TinyRecursiveModel
+
+    with torch.device("meta"):
+        model = TinyRecursiveModel(spec.arch, **dataset.model_kwargs())
+    state = model.state_dict()
+    model_bytes = sum(t.numel() * t.element_size() for t in state.values())
+    trainable_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    ema_bytes = trainable_bytes if spec.train.ema else 0
+    batch = spec.train.global_batch_size
+    carry_bytes = 2 * batch * model.num_positions * spec.arch.hidden_size * 4
+    carry_bytes += batch * (2 * dataset.seq_len + 1 + 1 + 1) * 8
+    return model_bytes + ema_bytes + 2 * trainable_bytes + carry_bytes + CHECKPOINT_OVERHEAD_BYTES
+
+
+def check_checkpoint_room(run_dir: Path, spec: RunSpec, dataset: DatasetShape) -> int:
+    """Raise TrmError unless ``run_dir`` has room for the checkpoints; returns one's bytes.
+
+    Room is needed for ``max(3, checkpoint_keep + 1)`` checkpoints (the kept ones plus the
+    one being written), less what the run's existing checkpoints already occupy.
+    """
+    one_bytes = estimate_checkpoint_bytes(spec, dataset)
+    copies = max(MIN_CHECKPOINTS_ROOM, spec.train.checkpoint_keep + 1)
+    folder = run_dir / "checkpoints"
+    existing = sum(p.stat().st_size for p in folder.glob("step-*.pt")) if folder.is_dir() else 0
+    needed = max(one_bytes, copies * one_bytes - existing)
+    free = shutil.disk_usage(run_dir).free
+    if free < needed:
+        raise TrmError(
+            f"{run_dir} has {free / 2**20:.0f} MiB free but the run's checkpoints need about "
+            f"{needed / 2**20:.0f} MiB ({copies} of ~{one_bytes / 2**20:.1f} MiB); free space, "
+            "lower train.checkpoint_keep or choose another --out"
+        )
+    return one_bytes
+
+
+def write_run_record(run_dir: Path, plan: Plan) -> None:
+    """spec.toml (the adapted spec), hardware.json and adaptations.json."""
+    (run_dir / "spec.toml").write_text(spec_to_toml(plan.spec), encoding="utf-8")
+    hardware = json.dumps(attrs.asdict(plan.hardware), indent=2)
+    (run_dir / "hardware.json").write_text(hardware + "\n", encoding="utf-8")
+    changes = json.dumps([attrs.asdict(c) for c in plan.changes], indent=2, default=str)
+    (run_dir / "adaptations.json").write_text(changes + "\n", encoding="utf-8")

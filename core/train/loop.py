@@ -1,0 +1,223 @@
+"""The training loop: ``Trainer.fit`` reads top to bottom — setup, the while loop, one
+after-step function.
+
+Each optimizer step reads the step's examples (a pure function of the seed and the step),
+runs each micro-batch through one supervision step of its rows' carry, accumulates gradients
+and updates (:mod:`~trm.train.step`; out of memory is undone and retried by
+:mod:`~trm.train.oom_retry`). Between steps, :meth:`Trainer.after_step` does, in this order:
+``on_step``, thermal events, evaluation when due, a requested micro-batch, checkpoint
+(:mod:`~trm.train.checkpoints`), the plugins' messages, then a requested pause. Plugins see
+the run through hooks and act on it only through ``TrainControl``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import torch
+
+from trm.control import TrainControl
+from trm.device.host_memory import reuse_freed_memory
+from trm.device.memory import begin_step, step_peak_mb
+from trm.plugin_manager import TrmPluginManager
+from trm.runtime import RuntimeChoice
+from trm.spec import RunSpec
+from trm.state import TrainState, weights_sha256
+from trm.train import requests
+from trm.train.checkpoints import Checkpointer, CheckpointSchedule
+from trm.train.evaluate import evaluate_in_run
+from trm.train.metrics_log import Journal, MetricsLog
+from trm.train.oom_retry import take_step
+from trm.train.setup import RunData, first_carry, new_state, open_data, resume
+from trm.train.signals import StopRequests
+from trm.train.step import StepSetup, step_record
+
+
+class Stopwatch:
+    """The run's training wall time: what earlier processes trained plus this one's."""
+
+    def __init__(self, before_s: float) -> None:
+        self.before_s = before_s
+        self.started_s = time.perf_counter()
+
+    def total_s(self) -> float:
+        return self.before_s + time.perf_counter() - self.started_s
+
+
+class Trainer:
+    """Trains ``spec`` on ``data_dir`` into ``run_dir``; see :meth:`fit`.
+
+    ``resume`` is "auto" (the run's newest checkpoint), "never" or a checkpoint path;
+    ``max_steps`` stops at that step (the schedule is kept); ``checkpoint_interval`` is
+    ``(steps, seconds)`` from ``--checkpoint-every`` (one of them 0), None for
+    ``train.checkpoint_interval_steps``, else about every ten minutes. ``on_accepted`` runs
+    once the state is built and any checkpoint accepted, before anything is written (``trm
+    run`` writes the run's record there, so a refused resume changes no file).
+    """
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        runtime: RuntimeChoice,
+        pm: TrmPluginManager,
+        run_dir: Path,
+        data_dir: Path,
+        log: Callable[[str], None],
+        resume: str = "auto",
+        max_steps: int | None = None,
+        checkpoint_interval: tuple[int, float] | None = None,
+        on_accepted: Callable[[TrainState], None] | None = None,
+    ) -> None:
+        self.spec, self.runtime, self.pm = spec, runtime, pm
+        self.run_dir, self.data_dir, self.resume_from = run_dir, data_dir, resume
+        self.max_steps = max_steps
+        self.on_accepted = on_accepted
+        self.setup = StepSetup(
+            device=torch.device(runtime.device),
+            dtype=runtime.autocast_dtype,
+            loss=spec.arch.loss,
+            global_batch=spec.train.global_batch_size,
+        )
+        self.journal = Journal(MetricsLog(run_dir / "metrics.jsonl"), log)
+        interval = checkpoint_interval or (spec.train.checkpoint_interval_steps,)
+        schedule = CheckpointSchedule(*interval)
+        self.checkpoints = Checkpointer(pm, run_dir, schedule, self.journal)
+        self.process = psutil.Process()
+        self.stop_step = 0
+
+    def fit(self) -> dict[str, Any]:
+        """Train to the end of the schedule (or ``max_steps``); returns summary.json's content.
+
+        Writes metrics.jsonl (continued on resume without gaps or repeats), checkpoints
+        through ``save_checkpoint`` and summary.json, whose ``stopped`` is "finished",
+        "max_steps", a stop's reason ("interrupted", "terminated", a plugin's), or "failed"
+        (with ``error``; the error is raised). ``on_train_end`` runs however the loop ends.
+        A checkpoint that does not fit the run raises TrmError before anything is written.
+        """
+        if self.runtime.reuse_host_memory:
+            reuse_freed_memory()
+        data = open_data(self.spec, self.data_dir, self.journal.log)
+        state = new_state(self.spec, self.runtime, data, self.run_dir, self.data_dir)
+        resume(state, self.pm, self.resume_from, self.journal.log)
+        first_carry(state, data, self.setup.device)
+        if self.on_accepted is not None:
+            self.on_accepted(state)
+        self.stop_step = min(state.total_steps, self.max_steps or state.total_steps)
+        self.journal.metrics.continue_from(state.step)
+        control, clock = TrainControl(), Stopwatch(state.wall_s_before)
+        stopped = "finished" if self.stop_step == state.total_steps else "max_steps"
+        error: str | None = None
+        state.model.train()
+        try:
+            with StopRequests() as stops, self.journal.metrics:
+                self.pm.hook.on_train_start(state=state, control=control)
+                self.journal.show(control)
+                while state.step < self.stop_step:
+                    record = self.take_step(state, data, control)
+                    reason = self.after_step(state, data, record, control, stops, clock)
+                    if reason is not None:
+                        stopped = reason
+                        break
+        except BaseException as exc:
+            stopped = "quit" if isinstance(exc, KeyboardInterrupt) else "failed"
+            error = str(exc) or type(exc).__name__
+            raise
+        finally:
+            state.wall_s_before = clock.total_s()
+            summary = self.finish(state, stopped, error)
+        return summary
+
+    def take_step(self, state: TrainState, data: RunData, control: TrainControl) -> dict[str, Any]:
+        """One optimizer step and its metrics row (written to metrics.jsonl)."""
+        started_s = time.perf_counter()
+        batch = data.train.gather(data.sampler.examples_for_step(state.step))
+        begin_step(self.setup.device)
+        sums = take_step(state, batch, self.setup, self.pm, control, self.journal)
+        state.step += 1
+        state.samples += int(sums["rows"])
+        record = step_record(
+            state,
+            sums,
+            time.perf_counter() - started_s,
+            self.process.memory_info().rss,
+            step_peak_mb(self.setup.device),
+        )
+        self.journal.metrics.write(record)
+        return record
+
+    def after_step(
+        self,
+        state: TrainState,
+        data: RunData,
+        record: dict[str, Any],
+        control: TrainControl,
+        stops: StopRequests,
+        clock: Stopwatch,
+    ) -> str | None:
+        """Everything between two steps, in the module docstring's order; returns why the
+        run stops now (None: go on)."""
+        self.pm.hook.on_step(state=state, metrics=record, control=control)
+        requests.dispatch_thermal_events(state, control, self.pm, self.journal)
+        asked = list(control.checkpoint_reasons)
+        control.checkpoint_reasons.clear()
+        if data.evaluation is not None and self.eval_due(state):
+            asked += evaluate_in_run(
+                state,
+                data.evaluation,
+                self.setup.device,
+                self.setup.dtype,
+                self.pm,
+                control,
+                self.journal,
+            )
+        requests.apply_micro_batch_request(state, control, self.journal)
+        at_end = state.step >= self.stop_step
+        stop = None if at_end else stops.reason or control.stop_reason
+        reason = self.checkpoints.reason_now(state, asked, at_end, stop is not None)
+        if reason is not None:
+            state.wall_s_before = clock.total_s()
+            self.checkpoints.save(state, reason)
+        self.journal.show(control)
+        if stop is not None or at_end:
+            return stop
+        if requests.pause(state, control, stops, self.journal):  # a stop ended the pause
+            self.checkpoints.save(state, "stop")
+            return stops.reason
+        return None
+
+    def eval_due(self, state: TrainState) -> bool:
+        """At the schedule's end always; otherwise every ``train.eval_interval`` steps."""
+        interval = self.spec.train.eval_interval
+        return state.step >= state.total_steps or (interval > 0 and state.step % interval == 0)
+
+    def finish(self, state: TrainState, stopped: str, error: str | None) -> dict[str, Any]:
+        """Write summary.json and call ``on_train_end``; returns the summary."""
+        summary = {
+            "stopped": stopped,
+            "error": error,
+            "steps": state.step,
+            "total_steps": state.total_steps,
+            "samples": state.samples,
+            "wall_s": round(state.wall_s_before, 3),
+            "best_exact_accuracy": state.best_exact_accuracy if state.best_step else None,
+            "best_step": state.best_step,
+            "final_exact_accuracy": state.last_eval.get("exact_accuracy"),
+            "final_cell_accuracy": state.last_eval.get("cell_accuracy"),
+            "final_weights_sha256": weights_sha256(state.model),
+            "checkpoint_step": state.checkpoint_step,
+            "micro_batch_size": state.micro_batch_size,
+            "device": self.runtime.device,
+            "precision": self.runtime.precision,
+        }
+        try:
+            text = json.dumps(summary, indent=2) + "\n"
+            (self.run_dir / "summary.json").write_text(text, encoding="utf-8")
+        except OSError as exc:
+            self.journal.log(f"warning: summary.json could not be written ({exc})")
+        self.pm.hook.on_train_end(state=state, summary=summary)
+        return summary

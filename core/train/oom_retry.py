@@ -1,0 +1,78 @@
+"""Out of memory in a step: undo it, ask the plugins for a smaller micro-batch, take it again.
+
+On out of memory in a forward or backward the step is undone — gradients dropped, the RNG
+restored, the carry never written (see :mod:`trm.train.step`), the error's frames released —
+and ``on_out_of_memory`` asks the plugins for a smaller micro-batch. The same examples then
+run again with the same exploration draws. Without a smaller micro-batch the run fails.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trm.control import TrainControl, fit_micro_batch
+from trm.device.oom import is_out_of_memory
+from trm.device.rng import capture_rng, restore_rng
+from trm.errors import TrainingFailed
+from trm.plugin_manager import TrmPluginManager
+from trm.state import TrainState
+from trm.train.metrics_log import Journal
+from trm.train.requests import set_micro_batch
+from trm.train.step import StepSetup, attempt_step
+
+
+def take_step(
+    state: TrainState,
+    batch: dict[str, np.ndarray],
+    setup: StepSetup,
+    pm: TrmPluginManager,
+    control: TrainControl,
+    journal: Journal,
+) -> dict[str, float]:
+    """One optimizer update over ``batch``, retried at a smaller micro-batch after OOM."""
+    rng = capture_rng(setup.device)
+    while True:
+        try:
+            return attempt_step(state, batch, setup)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            error = exc.with_traceback(None)  # drop the frames that hold activations
+        for opt in state.optimizers:
+            opt.zero_grad(set_to_none=True)
+        restore_rng(rng)
+        _shrink_or_fail(state, error, pm, control, journal)
+
+
+def _shrink_or_fail(
+    state: TrainState,
+    error: BaseException,
+    pm: TrmPluginManager,
+    control: TrainControl,
+    journal: Journal,
+) -> None:
+    step, old = state.step + 1, state.micro_batch_size
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    control.micro_batch_request = None
+    pm.hook.on_out_of_memory(state=state, error=error, control=control)
+    journal.show(control)
+    request, control.micro_batch_request = control.micro_batch_request, None
+    new = (
+        old if request is None else fit_micro_batch(request[0], state.spec.train.global_batch_size)
+    )
+    if new >= old:
+        if old == 1:
+            why = "the micro-batch is already 1"
+        elif request is None:
+            why = "no plugin reduced the micro-batch (is memory-guard off?)"
+        else:
+            why = "the micro-batch cannot shrink further"
+        raise TrainingFailed(
+            f"step {step}: out of memory with micro-batch {old} ({detail}); {why}. The "
+            f"checkpoint of step {state.checkpoint_step} is intact — free memory or use a "
+            "smaller model, then resume"
+        )
+    journal.event(step, "out_of_memory", quiet=True, micro_batch_size=old, error=detail)
+    journal.log(f"step {step}: out of memory at micro-batch {old} ({detail}); retrying the step")
+    assert request is not None
+    set_micro_batch(state, new, request[1], step, journal)

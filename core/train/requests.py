@@ -1,0 +1,76 @@
+"""Carrying out what plugins asked through ``TrainControl``: micro-batch sizes, thermal
+events, pauses. The loop calls these between steps (see docs/architecture.md for the order)."""
+
+from __future__ import annotations
+
+import time
+
+from trm.control import TrainControl, accumulation_steps, fit_micro_batch
+from trm.plugin_manager import TrmPluginManager
+from trm.state import TrainState
+from trm.train.metrics_log import Journal
+from trm.train.signals import StopRequests
+
+PAUSE_SLICE_S = 0.25
+
+
+def set_micro_batch(state: TrainState, size: int, reason: str, step: int, journal: Journal) -> None:
+    """Switch to micro-batch ``size`` (already fitted), telling the user and the log why."""
+    if size == state.micro_batch_size:
+        return
+    global_batch = state.spec.train.global_batch_size
+    journal.log(
+        f"step {step}: micro-batch {state.micro_batch_size} -> {size} "
+        f"(accumulation {accumulation_steps(size, global_batch)}, global batch "
+        f"{global_batch}): {reason}"
+    )
+    journal.event(
+        step, "micro_batch", old=state.micro_batch_size, new=size, reason=reason, quiet=True
+    )
+    state.micro_batch_size = size
+
+
+def apply_micro_batch_request(state: TrainState, control: TrainControl, journal: Journal) -> None:
+    """Carry out the latest ``control.set_micro_batch`` request, if any."""
+    if control.micro_batch_request is None:
+        return
+    size, reason = control.micro_batch_request
+    control.micro_batch_request = None
+    fitted = fit_micro_batch(size, state.spec.train.global_batch_size)
+    set_micro_batch(state, fitted, reason, state.step, journal)
+
+
+def dispatch_thermal_events(
+    state: TrainState, control: TrainControl, pm: TrmPluginManager, journal: Journal
+) -> None:
+    """Record each reported thermal event and pass it to every plugin's on_thermal_event."""
+    while control.thermal_events:
+        event = control.thermal_events.pop(0)
+        journal.event(
+            state.step,
+            "thermal",
+            level=event.level,
+            reading=event.reading,
+            temperature_c=event.temperature_c,
+            throttled=event.throttled,
+            on_battery=event.on_battery,
+            battery_percent=event.battery_percent,
+            battery_low=event.battery_low,
+            source=event.source,
+            quiet=True,
+        )
+        pm.hook.on_thermal_event(event=event, control=control)
+
+
+def pause(state: TrainState, control: TrainControl, stops: StopRequests, journal: Journal) -> bool:
+    """Sleep as plugins asked, in short slices; True when a stop request ended the pause."""
+    if control.pause_s <= 0:
+        return False
+    seconds, reason = control.pause_s, control.pause_reason
+    control.pause_s, control.pause_reason = 0.0, ""
+    journal.event(state.step, "pause", seconds=seconds, reason=reason, quiet=True)
+    journal.log(f"pausing {seconds:.0f} s: {reason}")
+    deadline = time.perf_counter() + seconds
+    while stops.reason is None and (left := deadline - time.perf_counter()) > 0:
+        time.sleep(min(left, PAUSE_SLICE_S))
+    return stops.reason is not None
