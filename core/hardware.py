@@ -142,11 +142,6 @@ def merge_profiles(parts: Iterable[HardwareProfile | None]) -> HardwareProfile:
     return HardwareProfile(**merged)
 
 
-def profile_to_dict(hardware: HardwareProfile) -> dict[str, Any]:
-    """Plain data (for JSON): nested GPU and speed records become dicts, None stays None."""
-    return attrs.asdict(hardware)
-
-
 def describe(value: Any, unit: str = "") -> str:
     """A field for display: None is "unknown"; bytes fields pass ``unit="bytes"``."""
     if value is None:

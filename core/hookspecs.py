@@ -1,11 +1,14 @@
-"""The hooks trm calls. Each docstring is the hook's contract.
+"""The hooks trm calls, in the order of a run. Each docstring is the hook's contract.
 
-A plugin implements any of these with ``@trm.hookimpl`` on a module-level function of the same
-name; as pluggy allows, an implementation may take only the arguments it uses. Who calls each
-hook and when is written below; the order of a run is: detect_hardware, configure_runtime,
-estimate_memory, adapt_config, register_data_sources, load_checkpoint, on_train_start,
-then per step on_step (and on_out_of_memory, on_thermal_event, save_checkpoint as they
-arise), on_eval, and on_train_end.
+A plugin implements any of these with ``@trm.hookimpl`` on a module-level function, or on a
+method of a plugin class (one instance per run; see docs/plugins.md), of the same name; as
+pluggy allows, an implementation may take only the arguments it uses.
+
+The life of ``trm run``: register_data_sources (when the spec's data must be built or its
+shape read), detect_hardware, configure_runtime, estimate_memory, adapt_config (then
+configure_runtime again when the runtime changed), load_checkpoint, on_train_start; per step
+on_step (and on_out_of_memory, on_thermal_event, on_eval, save_checkpoint as they arise);
+on_train_end however the loop ends.
 """
 
 from __future__ import annotations
@@ -22,11 +25,31 @@ if TYPE_CHECKING:
     from trm.hardware import HardwareProfile
     from trm.memory import MemoryEstimate, MemoryItem
     from trm.runtime import RuntimeChoice
-    from trm.spec import RunSpec
+    from trm.spec import Change, RunSpec
     from trm.state import TrainState
 
 PROJECT_NAME = "trm"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+
+
+# -------------------------------------------------------------------------------------------
+# Data: tasks a plugin provides
+# -------------------------------------------------------------------------------------------
+
+
+@hookspec
+def register_data_sources() -> list[DataSource] | None:
+    """Return the data sources (tasks) this plugin provides.
+
+    Called when a command needs a source by name: ``trm run`` and ``trm estimate`` before
+    planning (to build the spec's data or read its shape), ``trm data build``, ``trm solve``.
+    Names must be unique across plugins; a clash is an error naming the source.
+    """
+
+
+# -------------------------------------------------------------------------------------------
+# Planning: the machine, the runtime, the memory, the tier (before the loop)
+# -------------------------------------------------------------------------------------------
 
 
 @hookspec
@@ -35,8 +58,9 @@ def detect_hardware() -> HardwareProfile | None:
 
     Called once at the start of ``trm run``, ``trm analyze``, ``trm estimate`` and ``trm bench``.
     Return a HardwareProfile with only the fields this plugin knows set; leave the rest None.
-    Never guess: an unknown value stays None and is shown as "unknown". The core merges all
-    parts; for a field set by several plugins the first registered wins.
+    Never guess: an unknown value stays None and is shown as "unknown". The core merges the
+    parts field by field in pluggy's call order, the first known value winning; the generic
+    ``system`` plugin is ``trylast``, so a backend's or a third party's value overrides it.
     """
 
 
@@ -44,10 +68,11 @@ def detect_hardware() -> HardwareProfile | None:
 def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | None:
     """Choose device, precision, threads and compilation for this run.
 
-    Called once after detect_hardware. Backend plugins (cpu, cuda, mps) answer when
-    ``spec.runtime.device`` is theirs or ``auto`` and their device exists; the first answer
-    wins, so accelerator backends run before the ``trylast`` cpu backend. A backend may set
-    process-wide state it owns (``torch.set_num_threads``) before returning.
+    Called after detect_hardware, and again for each spec an estimate is remade for. Backend
+    plugins (cpu, cuda, mps) answer when ``spec.runtime.device`` is theirs or ``auto`` and
+    their device exists; the first answer wins, so accelerator backends run before the
+    ``trylast`` cpu backend. A backend may set process-wide state it owns
+    (``torch.set_num_threads``) before returning.
     """
 
 
@@ -69,23 +94,19 @@ def estimate_memory(
 @hookspec
 def adapt_config(
     spec: RunSpec, hardware: HardwareProfile, estimate: MemoryEstimate, mode: str
-) -> tuple[RunSpec, list[tuple[str, Any, Any, str]]] | None:
+) -> tuple[RunSpec, list[Change]] | None:
     """Fit the spec to the machine for ``mode`` (conservative, balanced or extreme).
 
     Called chained, in plugin order: each implementation receives the spec as changed by the
-    ones before it. Return None to leave it unchanged, or ``(new_spec, changes)`` where each
-    change is ``(key_path, old, new, reason)``. The core shows every change before training and
-    writes them to ``adaptations.json``.
+    ones before it. Return None to leave it unchanged, or ``(new_spec, changes)`` with one
+    :class:`trm.spec.Change` (key, old, new, reason) per changed value. The core shows every
+    change before training and writes them to ``adaptations.json``.
     """
 
 
-@hookspec
-def register_data_sources() -> list[DataSource] | None:
-    """Return the data sources (tasks) this plugin provides.
-
-    Called when a spec names a ``[data] source`` and by ``trm data build``. Names must be
-    unique across plugins; a clash is an error naming both plugins.
-    """
+# -------------------------------------------------------------------------------------------
+# Starting: resuming and the first step
+# -------------------------------------------------------------------------------------------
 
 
 @hookspec(firstresult=True)
@@ -103,12 +124,19 @@ def on_train_start(state: TrainState, control: TrainControl) -> None:
     """The loop is about to take its first step (``state.step`` > 0 after a resume)."""
 
 
+# -------------------------------------------------------------------------------------------
+# Running: after each step, and what may happen during one
+# -------------------------------------------------------------------------------------------
+
+
 @hookspec
 def on_step(state: TrainState, metrics: dict[str, float], control: TrainControl) -> None:
-    """Called after every optimizer step with that step's metrics.
+    """Called after every optimizer step with that step's metrics row.
 
-    ``metrics`` holds step, samples, samples_per_s, loss, lr, mem_host_mb, mem_device_mb and
-    the training accuracies. Act only through ``control``; return nothing.
+    ``metrics`` holds step, samples, samples_per_s, loss, lr, mem_host_mb (resident memory),
+    mem_device_mb (the device's peak during this step; None on the CPU) and the training
+    accuracies. Device memory counters belong to the core: read them
+    (:mod:`trm.device.memory`), never reset them. Act only through ``control``.
     """
 
 
@@ -127,11 +155,6 @@ def on_out_of_memory(state: TrainState, error: BaseException, control: TrainCont
 
 
 @hookspec
-def on_eval(state: TrainState, metrics: dict[str, float], control: TrainControl) -> None:
-    """Called after each evaluation with exact_accuracy, cell_accuracy and the step."""
-
-
-@hookspec
 def on_thermal_event(event: ThermalEvent, control: TrainControl) -> None:
     """A thermal or power level changed (normal, warm, hot, critical, on battery).
 
@@ -139,6 +162,11 @@ def on_thermal_event(event: ThermalEvent, control: TrainControl) -> None:
     ``control.report_thermal_event``; every event is also recorded in metrics.jsonl. Respond
     through ``control`` (pause, smaller micro-batch, checkpoint); return nothing.
     """
+
+
+@hookspec
+def on_eval(state: TrainState, metrics: dict[str, float], control: TrainControl) -> None:
+    """Called after each evaluation with exact_accuracy, cell_accuracy and the step."""
 
 
 @hookspec(firstresult=True)
@@ -153,6 +181,13 @@ def save_checkpoint(state: TrainState, run_dir: Path, reason: str) -> Path | Non
     """
 
 
+# -------------------------------------------------------------------------------------------
+# Ending
+# -------------------------------------------------------------------------------------------
+
+
 @hookspec
 def on_train_end(state: TrainState, summary: dict[str, Any]) -> None:
-    """The run ended (finished, stopped or failed); ``summary`` is what summary.json holds."""
+    """The loop ended — finished, stopped, or failed with an exception (called from a
+    ``finally``, so it runs for every ending); ``summary`` is what summary.json holds
+    (``stopped`` says how it ended, ``error`` why it failed)."""

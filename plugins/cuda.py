@@ -1,8 +1,9 @@
-"""CUDA backend: an NVIDIA GPU with bf16 autocast, TF32, torch.compile and memory statistics.
+"""CUDA backend: an NVIDIA GPU with bf16 autocast, TF32 and torch.compile.
 
 On (``ACTIVATION = "auto"``) when PyTorch sees a CUDA GPU. It answers ``configure_runtime``
 for ``runtime.device`` = auto or cuda before the CPU backend does. Under torchrun each
-process takes the GPU of its ``LOCAL_RANK``.
+process takes the GPU of its ``LOCAL_RANK``. Device memory statistics belong to the core
+(:mod:`trm.device.memory`), which resets the peak counter at each step.
 """
 
 from __future__ import annotations
@@ -171,27 +172,3 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
         compile=compile_on,
         notes=tuple(notes),
     )
-
-
-def device_memory_stats(device: torch.device | str | int | None = None) -> dict[str, Any]:
-    """Memory of a GPU for monitors, in MiB: allocated, reserved, peak allocated, free, total.
-
-    ``free`` and ``total`` come from the driver (other processes included); the rest from
-    PyTorch's caching allocator for this process.
-    """
-    free_bytes, total_bytes = torch.cuda.mem_get_info(device)
-    mib = 2**20
-    return {
-        "allocated_mb": round(torch.cuda.memory_allocated(device) / mib, 1),
-        "reserved_mb": round(torch.cuda.memory_reserved(device) / mib, 1),
-        "peak_allocated_mb": round(torch.cuda.max_memory_allocated(device) / mib, 1),
-        "free_mb": round(free_bytes / mib, 1),
-        "total_mb": round(total_bytes / mib, 1),
-    }
-
-
-@hookimpl
-def on_train_start() -> None:
-    """Start the peak-memory statistic afresh for the run."""
-    if is_available():
-        torch.cuda.reset_peak_memory_stats()

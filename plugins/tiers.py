@@ -19,7 +19,7 @@ batch and picks, in this order:
    fewer L cycles, then fewer H cycles) — recorded with a reason that starts "MODEL SHRUNK".
 
 Data loading runs in the training process from memory-mapped arrays, so there is no worker
-count to choose. Every change is returned as ``(key, old, new, reason)``.
+count to choose. Every change is returned as a :class:`trm.spec.Change`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from trm.control import accumulation_steps
 from trm.hardware import HardwareProfile, format_bytes
 from trm.measure.flops import matmul_bound
 from trm.memory import MODE_TARGETS, MemoryEstimate
-from trm.spec import RunSpec
+from trm.spec import Change, RunSpec
 
 ACTIVATION = "default"
 
@@ -46,7 +46,6 @@ ESTIMATE_MARGIN = 0.05
 SHRUNK = "MODEL SHRUNK"
 MIN_HIDDEN = 32
 
-Change = tuple[str, Any, Any, str]
 
 
 def native_bf16(hardware: HardwareProfile, estimate: MemoryEstimate) -> bool:
@@ -135,7 +134,7 @@ def adapt(
         nonlocal spec
         old = _get(spec, key)
         if old != value:
-            changes.append((key, old, value, reason))
+            changes.append(Change(key, old, value, reason))
             spec = _set(spec, key, value)
 
     # On a CPU, bf16 pays only when matrix products set the step time
@@ -172,7 +171,7 @@ def adapt(
         options = _smaller_models(spec)
         if not options:
             changes.append(
-                (
+                Change(
                     "runtime.micro_batch_size",
                     spec.runtime.micro_batch_size,
                     1,

@@ -140,6 +140,6 @@ def test_extreme_tier_runs_with_the_system_allocator_and_balanced_keeps_auto() -
     hardware = HardwareProfile(physical_cores=2)
     extreme, changes = tiers.adapt(RunSpec(), hardware, estimate, "extreme")
     assert extreme.runtime.host_memory == "system"
-    assert any(key == "runtime.host_memory" for key, *_ in changes)
+    assert any(change.key == "runtime.host_memory" for change in changes)
     balanced, _ = tiers.adapt(RunSpec(), hardware, estimate, "balanced")
     assert balanced.runtime.host_memory == "auto"

@@ -388,7 +388,7 @@ def test_ema_follows_its_recurrence_and_swaps_weights_in_and_out() -> None:
     model = tiny_model()
     ema = EMA(model, rate=0.9)
     weight, table = model.lm_head.weight, model.puzzle_emb.weights
-    w0, t0 = weight.detach().clone(), table.clone()
+    w0 = weight.detach().clone()
     with torch.no_grad():
         weight.add_(1.0)
         table.add_(2.0)

@@ -57,7 +57,7 @@ def test_micro_batch_is_the_largest_under_the_planned_target(batch, per_row_mib,
             ).fits(target)
             for d in bigger
         )
-    assert all(len(c) == 4 and c[0] and c[3] for c in changes)
+    assert all(c.key and c.reason for c in changes)
 
 
 def test_conservative_never_takes_more_than_extreme():
@@ -75,11 +75,11 @@ def test_model_shrinks_only_when_a_micro_batch_of_one_does_not_fit_and_says_so()
     spec = spec_with(8, hidden=256)
     adapted, changes = tiers.adapt(spec, HardwareProfile(), make(spec), "balanced")
     assert adapted.arch.hidden_size < 256
-    shrunk = [c for c in changes if c[0] == "arch.hidden_size"]
-    assert shrunk and tiers.SHRUNK in shrunk[0][3]
+    shrunk = [c for c in changes if c.key == "arch.hidden_size"]
+    assert shrunk and tiers.SHRUNK in shrunk[0].reason
     roomy = linear_estimate(64 * GIB, 0, 0, per_hidden_row=GIB // 2)
     kept, changes = tiers.adapt(spec, HardwareProfile(), roomy(spec), "balanced")
-    assert kept.arch == spec.arch and not any(tiers.SHRUNK in c[3] for c in changes)
+    assert kept.arch == spec.arch and not any(tiers.SHRUNK in c.reason for c in changes)
 
 
 def test_bf16_chosen_only_where_native_and_only_for_auto():
