@@ -24,7 +24,7 @@ from trm.measure.speed import (
     device_peak_gflops,
     format_duration,
     performance_score,
-    samples_per_s_at_peak,
+    predicted_speed,
 )
 from trm.paths import RUNS_ROOT, default_run_dir
 from trm.plan import plan_run
@@ -53,33 +53,16 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     parser.set_defaults(func=run)
 
 
-def tier_speeds(
-    tiers: list[TierPlan], hardware: HardwareProfile
-) -> list[tuple[float | None, float | None]]:
-    """(samples/s at the matmul peak, seconds to finish) per tier; one probe per device and
-    precision."""
-    peaks: dict[tuple[str, str], float | None] = {}
-    speeds = []
-    for tier in tiers:
-        runtime = tier.plan.runtime
-        key = (runtime.device, runtime.precision)
-        if key not in peaks:
-            peaks[key] = device_peak_gflops(hardware, *key)[0]
-        rate = samples_per_s_at_peak(tier.plan.spec, tier.plan.dataset, peaks[key])
-        train = tier.plan.spec.train
-        samples = train.total_steps(tier.plan.dataset.total_groups) * train.global_batch_size
-        speeds.append((rate, samples / rate if rate else None))
-    return speeds
-
-
-# ----------------------------------------------------------------------------- output
-
-
 def tier_rows(tiers: list[TierPlan], hardware: HardwareProfile) -> list[dict[str, Any]]:
     """One display row per tier (also its JSON document, less ``spec``)."""
     rows = []
-    for tier, (rate, finish_s) in zip(tiers, tier_speeds(tiers, hardware), strict=True):
+    peaks: dict[tuple[str, str], float | None] = {}  # one probe per device and precision
+    for tier in tiers:
         plan = tier.plan
+        runtime = plan.runtime
+        rate, finish_s = predicted_speed(
+            plan.spec, plan.dataset, runtime.device, runtime.precision, hardware, peaks
+        )
         rows.append(
             {
                 "mode": tier.mode,

@@ -58,6 +58,25 @@ def samples_per_s_at_peak(
     return gflops * 1e9 / flops
 
 
+def predicted_speed(
+    spec: RunSpec,
+    dataset: DatasetShape,
+    device: str,
+    precision: str,
+    hardware: HardwareProfile,
+    peaks: dict[tuple[str, str], float | None],
+) -> tuple[float | None, float | None]:
+    """(samples/s at the matmul peak, seconds to finish the spec's schedule) for a run of
+    ``spec`` on ``device`` at ``precision``; ``peaks`` caches one probe per device and
+    precision across calls."""
+    key = (device, precision)
+    if key not in peaks:
+        peaks[key] = device_peak_gflops(hardware, device, precision)[0]
+    rate = samples_per_s_at_peak(spec, dataset, peaks[key])
+    samples = spec.train.total_steps(dataset.total_groups) * spec.train.global_batch_size
+    return rate, (samples / rate if rate else None)
+
+
 def format_duration(seconds: float | None) -> str:
     """``3.5 h``, ``12.0 min``, ``40 s``; "unknown" for None."""
     if seconds is None:
