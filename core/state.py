@@ -134,6 +134,13 @@ class TrainState:
         return notes
 
 
+def last_good(state: TrainState) -> str:
+    """Which checkpoint of the run survives, in words, for messages about a failure."""
+    if state.checkpoint_step is None:
+        return "no checkpoint of this run was written yet"
+    return f"the checkpoint of step {state.checkpoint_step} is intact"
+
+
 def spec_differences(
     old: dict[str, Any], new: dict[str, Any], section: str
 ) -> list[tuple[str, Any, Any]]:

@@ -145,50 +145,139 @@ def save_checkpoint(state: TrainState, run_dir: Path, reason: str) -> Path:
     return path
 
 
+# How a file starts: a PyTorch zip archive, or the legacy format's pickle protocol opcode.
+_ZIP_MAGIC = b"PK\x03\x04"
+_PICKLE_MAGIC = b"\x80"
+_GIVE = "give a step-*.pt file of a run's checkpoints/ folder, or the run directory"
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0].strip() if text else type(exc).__name__
+
+
+def _not_a_checkpoint(path: Path) -> str | None:
+    """Why ``path`` is plainly not a PyTorch file (empty, text, JSON, another zip), or None."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(4096)
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or _first_line(exc)}"
+    if not head:
+        return "is empty (0 bytes), so it holds no checkpoint"
+    if head.startswith(_ZIP_MAGIC):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except (zipfile.BadZipFile, OSError, ValueError):
+            return None  # a damaged PyTorch archive: torch.load says what is wrong
+        if not any(name.endswith("/data.pkl") for name in names):
+            return "is a zip archive but not a PyTorch checkpoint (no data.pkl inside)"
+        return None
+    if head.startswith(_PICKLE_MAGIC):
+        return None
+    stripped = head.lstrip()
+    if stripped[:1] in (b"{", b"["):
+        kind = "a JSON or text file"
+    else:
+        try:
+            head.decode("utf-8")
+            kind = "a text file"
+        except UnicodeDecodeError as exc:
+            # a cut multi-byte character at the end of the sample is still text
+            kind = "a text file" if exc.start >= len(head) - 3 else "binary data of another kind"
+    return f"is not a PyTorch checkpoint file: it is {kind}"
+
+
+def _refusal(path: Path, exc: pickle.UnpicklingError) -> str:
+    """The message for torch's weights-only refusal: pickled code, or a damaged stream."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    code = next((line for line in lines if "GLOBAL" in line or "global" in line), None)
+    if code is None and any("operand" in line for line in lines):
+        operand = next(line for line in lines if "operand" in line)
+        return (
+            f"checkpoint {path} cannot be read: it is not a valid PyTorch file "
+            f"({operand.rstrip('.')}); truncated or corrupt"
+        )
+    detail = code or (lines[-1] if lines else type(exc).__name__)
+    return (
+        f"checkpoint {path} was refused: it carries pickled code or objects that are not "
+        f"plain weights ({detail.rstrip('.')})"
+    )
+
+
 def read_checkpoint(path: Path, map_location: str = "cpu") -> dict[str, Any]:
     """Load one checkpoint file safely; TrmError says why a file is refused.
 
-    The payload gets ``loaded_from`` (the path, as text) for messages.
+    A file that is empty, text, JSON or a zip archive of something else is named for what it
+    is; a PyTorch file carrying pickled code is refused; a truncated or corrupt one "cannot be
+    read". The payload gets ``loaded_from`` (the path, as text) for messages.
     """
+    if path.is_dir():
+        raise TrmError(f"checkpoint {path} is a folder, not a checkpoint file; {_GIVE}")
     sha_file = path.with_name(path.name + ".sha256")
     if sha_file.exists():
-        text = sha_file.read_text().strip()
-        recorded = text.split()[0] if text else ""
-        if recorded != file_sha256(path):
+        try:
+            text = sha_file.read_text(encoding="utf-8", errors="replace").strip()
+            recorded = text.split()[0] if text else ""
+            actual = file_sha256(path)
+        except OSError as exc:
+            raise TrmError(
+                f"checkpoint {path} cannot be read: {exc.strerror or _first_line(exc)}"
+            ) from exc
+        if recorded != actual:
             raise TrmError(
                 f"checkpoint {path} does not match its recorded SHA-256 (truncated or corrupt)"
             )
+    reason = _not_a_checkpoint(path)
+    if reason is not None:
+        raise TrmError(f"checkpoint {path} {reason}; {_GIVE}")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:
-        raise TrmError(
-            f"checkpoint {path} was refused: it carries pickled code or objects "
-            f"that are not plain weights ({str(exc).strip().splitlines()[0]})"
-        ) from exc
+        raise TrmError(_refusal(path, exc)) from exc
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise TrmError(f"checkpoint {path} cannot be read: {first}") from exc
+        raise TrmError(f"checkpoint {path} cannot be read: {_first_line(exc)}") from exc
+    except Exception as exc:  # a damaged stream can fail in any way; it never runs code
+        raise TrmError(
+            f"checkpoint {path} cannot be read: not a valid PyTorch file "
+            f"({type(exc).__name__}: {_first_line(exc)}); truncated or corrupt"
+        ) from exc
     if not isinstance(payload, dict) or "model" not in payload or "spec" not in payload:
-        raise TrmError(f"checkpoint {path} is not a trm checkpoint")
+        what = (
+            f"a dict without {' or '.join(k for k in ('model', 'spec') if k not in payload)}"
+            if isinstance(payload, dict)
+            else type(payload).__name__
+        )
+        raise TrmError(
+            f"checkpoint {path} is a PyTorch file but not a trm checkpoint (it holds {what}); "
+            f"{_GIVE}"
+        )
     payload["loaded_from"] = str(path)
     return payload
 
 
 @hookimpl
 def load_checkpoint(path: Path, map_location: str) -> dict[str, Any] | None:
-    """A file loads as it is; a run directory loads its newest valid checkpoint."""
+    """A file loads as it is; a run directory loads its newest valid checkpoint.
+
+    None when a folder holds no checkpoint files; TrmError when every one is refused.
+    """
     if path.is_file():
         return read_checkpoint(path, map_location)
     if path.name == CHECKPOINT_DIR and not checkpoint_dir(path).is_dir():
         path = path.parent  # given the checkpoints folder itself
     candidates = list_checkpoints(path)
-    for candidate in reversed(candidates):
+    for number, candidate in enumerate(reversed(candidates)):
         try:
             return read_checkpoint(candidate, map_location)
         except TrmError as exc:
-            print(f"trm: warning: {exc}; trying the previous checkpoint", file=sys.stderr)
+            more = "trying the previous checkpoint" if number + 1 < len(candidates) else "none left"
+            print(f"trm: warning: {exc}; {more}", file=sys.stderr)
     if candidates:
         raise TrmError(
-            f"no valid checkpoint in {checkpoint_dir(path)}; start afresh with --resume never"
+            f"no valid checkpoint in {checkpoint_dir(path)}: all {len(candidates)} are "
+            "corrupt or refused (warnings above); give an intact checkpoint file, or for "
+            "`trm run` start afresh with --resume never"
         )
     return None

@@ -12,6 +12,7 @@ from trm.control import TrainControl
 from trm.device.compile import choose_compile
 from trm.device.host_memory import IdleMemoryValve
 from trm.device.host_memory import is_supported as host_memory_reuse_supported
+from trm.errors import TrmError
 from trm.hardware import HardwareProfile
 from trm.measure.flops import matmul_bound
 from trm.runtime import RuntimeChoice
@@ -61,6 +62,12 @@ def configure_cpu(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | N
     runtime = spec.runtime
     if runtime.device not in ("auto", "cpu"):
         return None
+    logical = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if logical and runtime.threads > logical:
+        raise TrmError(
+            f"runtime.threads: {runtime.threads} is more than the {logical} logical CPUs this "
+            f"process may use; set 0 (one per physical core) or at most {logical}"
+        )
     threads = runtime.threads or _usable_cores(hardware)
     torch.set_num_threads(threads)
     large = matmul_bound(spec.arch)

@@ -7,6 +7,7 @@ the core loop, so switching this plugin off never loses a record.)
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from typing import Any
@@ -55,8 +56,9 @@ class Progress:
         )
 
     def show(self, text: str) -> None:
-        if self.tty:
-            sys.stdout.write("\r\033[K" + text)
+        if self.tty:  # one line that never wraps: cut to the terminal's width
+            width = shutil.get_terminal_size((80, 24)).columns
+            sys.stdout.write("\r\033[K" + text[: max(1, width - 1)])
         else:
             sys.stdout.write(text + "\n")
         sys.stdout.flush()

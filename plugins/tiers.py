@@ -47,7 +47,6 @@ SHRUNK = "MODEL SHRUNK"
 MIN_HIDDEN = 32
 
 
-
 def native_bf16(hardware: HardwareProfile, estimate: MemoryEstimate) -> bool:
     """Whether the device the run uses multiplies bf16 natively."""
     if estimate.device_budget_bytes is not None and not estimate.unified_memory:

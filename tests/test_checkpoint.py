@@ -180,7 +180,7 @@ def test_a_failed_save_during_training_warns_and_training_goes_on(tiny, tmp_path
     result = cli("run", tiny.spec, "--out", tmp_path / "run", "--plugins", "faults")
     assert result.code == 0, result.err
     assert "warning: checkpoint at step 4 failed" in result.err
-    assert "the previous checkpoint (step 3) is intact" in result.err
+    assert "the checkpoint of step 3 is intact" in result.err
     assert [e["step"] for e in events(tmp_path / "run", "checkpoint_failed")] == [4, 5]
     assert summary(tmp_path / "run")["steps"] == TOTAL_STEPS
 
@@ -261,7 +261,7 @@ def test_non_finite_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoin
     assert result.code == 1
     (line,) = error_lines(result.err)
     assert "step 6: the loss is not finite" in line
-    assert "last good checkpoint (step 5) is kept" in line
+    assert "the checkpoint of step 5 is intact" in line
     assert checkpoint_steps(run_dir)[-1] == 5
     payload = checkpoint_plugin.read_checkpoint(_newest(run_dir))
     assert all(torch.isfinite(t).all() for t in payload["model"].values())

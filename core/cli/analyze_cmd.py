@@ -20,6 +20,7 @@ from trm.cli.output import info, print_json
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile, describe, format_bytes
 from trm.measure.machine import run_benchmark
+from trm.measure.run_speed import MeasuredSpeed, measure_plans
 from trm.measure.speed import (
     device_peak_gflops,
     format_duration,
@@ -28,6 +29,7 @@ from trm.measure.speed import (
 )
 from trm.paths import RUNS_ROOT, default_run_dir
 from trm.plan import plan_run
+from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import detect_hardware
 from trm.plan.tiers import TierPlan, advice, plan_tiers
 from trm.plugin_manager import load_plugins
@@ -48,21 +50,35 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     parser.add_argument(
         "--benchmark", action="store_true", help="measure matmul, memory and disk speed (cached)"
     )
+    parser.add_argument(
+        "--no-measure",
+        action="store_true",
+        help="do not time a few steps of each tier; show the matmul-peak upper bound instead",
+    )
     add_set_option(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.set_defaults(func=run)
 
 
-def tier_rows(tiers: list[TierPlan], hardware: HardwareProfile) -> list[dict[str, Any]]:
+def tier_rows(
+    tiers: list[TierPlan], hardware: HardwareProfile, measured: list[MeasuredSpeed] | None
+) -> list[dict[str, Any]]:
     """One display row per tier (also its JSON document, less ``spec``)."""
     rows = []
     peaks: dict[tuple[str, str], float | None] = {}  # one probe per device and precision
-    for tier in tiers:
+    for index, tier in enumerate(tiers):
         plan = tier.plan
         runtime = plan.runtime
         rate, finish_s = predicted_speed(
             plan.spec, plan.dataset, runtime.device, runtime.precision, hardware, peaks
         )
+        source = "upper bound: every FLOP at the matmul peak"
+        if measured is not None:
+            speed = measured[index]
+            rate, source = speed.samples_per_s, speed.describe()
+            train = plan.spec.train
+            samples = train.total_steps(plan.dataset.total_groups) * train.global_batch_size
+            finish_s = samples / rate
         rows.append(
             {
                 "mode": tier.mode,
@@ -78,6 +94,7 @@ def tier_rows(tiers: list[TierPlan], hardware: HardwareProfile) -> list[dict[str
                 "budget_share": tier.budget_share,
                 "fits": tier.fits,
                 "samples_per_s": rate,
+                "samples_per_s_source": source,
                 "steps": plan.spec.train.total_steps(plan.dataset.total_groups),
                 "time_to_finish_s": finish_s,
                 "shrunk": tier.shrunk,
@@ -101,7 +118,23 @@ def generated_toml(tier: dict[str, Any], source: str) -> str:
     return "\n".join(header) + "\n\n" + spec_to_toml(tier["spec"])
 
 
-def write_configs(directory: Path, tiers: list[dict[str, Any]], source: str) -> list[Path]:
+def shared_data(pm: Any, spec: RunSpec, directory: Path, log: Any) -> str | None:
+    """The dataset the generated specs read: ``data.dir`` as given, else built once into
+    ``DIR/data`` (so the three tiers' runs do not each build their own)."""
+    if spec.data.dir:
+        return None
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TrmError(
+            f"--generate-configs {directory}: cannot create it ({exc.strerror})"
+        ) from exc
+    return str(ensure_dataset(pm, spec, directory, log or (lambda _m: None)))
+
+
+def write_configs(
+    directory: Path, tiers: list[dict[str, Any]], source: str, data_dir: str | None
+) -> list[Path]:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -111,6 +144,9 @@ def write_configs(directory: Path, tiers: list[dict[str, Any]], source: str) -> 
     written = []
     for tier in tiers:
         spec = tier["spec"]
+        if data_dir is not None:
+            spec = attrs.evolve(spec, data=attrs.evolve(spec.data, dir=data_dir))
+        tier = {**tier, "spec": spec}
         path = directory / f"{spec.name}.toml"
         path.write_text(generated_toml(tier, source), encoding="utf-8")
         written.append(path)
@@ -191,7 +227,7 @@ def print_tiers(spec: RunSpec, tiers: list[dict[str, Any]]) -> None:
             f"  {t['mode']:<13}{t['micro_batch_size']:>6}{t['accumulation']:>6}  "
             f"{t['precision']:<9}{memory:>22}{rate:>11}{format_duration(t['time_to_finish_s']):>11}"
         )
-    print("  samples/s is at the measured matmul peak (an upper bound; `trm bench` measures runs)")
+    print(f"  samples/s: {tiers[0]['samples_per_s_source']}")
 
 
 def tier_document(tier: dict[str, Any]) -> dict[str, Any]:
@@ -238,8 +274,15 @@ def run(args: argparse.Namespace) -> int:
     as_written = plan_run(pm, spec, None, run_dir, log=log, hardware=hardware)
     tiers = plan_tiers(pm, spec, hardware, run_dir)
     suggestions, warnings = advice(hardware, as_written.estimate.fits(1.0), tiers)
-    rows = tier_rows(tiers, hardware)
-    written = write_configs(args.generate_configs, rows, args.spec) if args.generate_configs else []
+    measured = None
+    if not args.no_measure:
+        plans = [tier.plan for tier in tiers]
+        measured = measure_plans(pm, plans, list(args.plugins), log or (lambda _m: None))
+    rows = tier_rows(tiers, hardware, measured)
+    written = []
+    if args.generate_configs:
+        data_dir = shared_data(pm, spec, args.generate_configs, log)
+        written = write_configs(args.generate_configs, rows, args.spec, data_dir)
     document.update(
         spec=spec.name,
         tiers=[tier_document(t) for t in rows],

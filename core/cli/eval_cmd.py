@@ -1,4 +1,9 @@
-"""``trm eval CHECKPOINT`` and ``trm solve CHECKPOINT PUZZLE``."""
+"""``trm eval CHECKPOINT`` and ``trm solve CHECKPOINT PUZZLE``.
+
+Bad input (a file that is not a checkpoint, a missing split, data of another shape than the
+model, a malformed puzzle) is one TrmError line. A puzzle the data source's solver proves
+unsolvable is not an error: ``trm solve`` shows the model's answer and says so.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +11,38 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 import torch
 
+from trm.cli.common import positive_int
 from trm.cli.output import info, print_json
-from trm.data.puzzle_dataset import open_split
+from trm.data.puzzle_dataset import METADATA_FILE, open_split
 from trm.data.sampler import SplitIndex
+from trm.data.shape import read_shape
 from trm.device.transfer import to_device
 from trm.errors import TrmError
 from trm.plan.dataset import find_data_source
 from trm.plan.pipeline import choose_runtime, detect_hardware
 from trm.plugin_manager import TrmPluginManager, load_plugins
-from trm.spec import RunSpec, spec_from_dict
+from trm.runtime import RuntimeChoice
+from trm.spec import RunSpec
 from trm.train.evaluate import evaluate, predict
-from trm.train.inference import checkpoint_shape, restore_model
+from trm.train.inference import checkpoint_shape, checkpoint_spec, restore_model
+
+# Characters a puzzle written as text may consist of; such an argument is never a folder.
+_PUZZLE_CHARS = set("0123456789.|-+ \t")
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number of at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (all) or more, got {value}")
+    return value
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -27,8 +50,13 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     ev.add_argument("checkpoint", type=Path, help="a checkpoint file or a run directory")
     ev.add_argument("--data", type=Path, help="dataset directory (default: the one trained on)")
     ev.add_argument("--split", default=None, help="split to score (default: the spec's eval split)")
-    ev.add_argument("--max-examples", type=int, default=0, help="score only the first N")
-    ev.add_argument("--batch-size", type=int, default=256)
+    ev.add_argument(
+        "--max-examples",
+        type=non_negative_int,
+        default=0,
+        help="score only the first N (0, the default: all)",
+    )
+    ev.add_argument("--batch-size", type=positive_int, default=256, help="examples per batch")
     ev.add_argument("--json", action="store_true", help="print one JSON document")
     ev.set_defaults(func=run_eval)
 
@@ -42,27 +70,133 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
 def _load(pm: TrmPluginManager, path: Path) -> dict:
     if not path.exists():
         raise TrmError(f"checkpoint {path} does not exist; give a checkpoint file or run dir")
+    if not path.is_file() and not path.is_dir():
+        raise TrmError(
+            f"checkpoint {path} is not a regular file; give a checkpoint file or run dir"
+        )
     payload = pm.hook.load_checkpoint(path=path, map_location="cpu")
     if payload is None:
-        raise TrmError(f"no checkpoint found at {path}")
+        raise TrmError(
+            f"no checkpoint found at {path}: the folder holds no checkpoints/step-*.pt files; "
+            "give a checkpoint file or the directory of a `trm run`"
+        )
     return payload
+
+
+def _runtime(pm: TrmPluginManager, spec: RunSpec) -> RuntimeChoice:
+    """The checkpoint's runtime, or the best one here when its device is not available.
+
+    A model trained on a GPU must still be scored on a machine without one.
+    """
+    hardware = detect_hardware(pm)
+    try:
+        return choose_runtime(pm, spec, hardware)
+    except TrmError:
+        if spec.runtime.device == "auto" and spec.runtime.precision == "auto":
+            raise
+    first_error: TrmError | None = None
+    for changes in ({"device": "auto"}, {"device": "auto", "precision": "auto"}):
+        candidate = attrs.evolve(spec, runtime=attrs.evolve(spec.runtime, **changes))
+        try:
+            runtime = choose_runtime(pm, candidate, hardware)
+        except TrmError as exc:
+            first_error = first_error or exc
+            continue
+        info(
+            f"the checkpoint was trained with runtime.device={spec.runtime.device!r}, which "
+            f"is not available here; running on {runtime.device} ({runtime.precision})"
+        )
+        return runtime
+    assert first_error is not None
+    raise first_error
 
 
 def _restore(args: argparse.Namespace) -> tuple[TrmPluginManager, dict, Any, RunSpec, Any]:
     """Plugins, checkpoint payload, runtime, spec and the model ready for inference."""
     pm = load_plugins(args.plugins)
     payload = _load(pm, args.checkpoint)
-    checkpoint_spec = spec_from_dict(payload["spec"], "checkpoint spec")
-    runtime = choose_runtime(pm, checkpoint_spec, detect_hardware(pm))
+    runtime = _runtime(pm, checkpoint_spec(payload))
     spec, model = restore_model(payload, torch.device(runtime.device))
     return pm, payload, runtime, spec, model
+
+
+def _data_dir(args: argparse.Namespace, payload: dict) -> Path:
+    """``--data``, or the folder the checkpoint was trained on; TrmError when unusable."""
+    if args.data is not None:
+        path = args.data.expanduser()
+        if not path.exists():
+            raise TrmError(
+                f"--data {path} does not exist; give the dataset folder "
+                "`trm data build … --out DIR` wrote"
+            )
+        if not path.is_dir():
+            raise TrmError(
+                f"--data {path} is a file, not a dataset folder; give the folder "
+                "`trm data build … --out DIR` wrote (it holds train/ and test/)"
+            )
+        return path
+    recorded = payload.get("data_dir")
+    if not recorded or not isinstance(recorded, str):
+        raise TrmError(
+            "the checkpoint does not record the dataset it was trained on; give one with --data DIR"
+        )
+    path = Path(recorded)
+    if not path.is_dir():
+        raise TrmError(
+            f"the dataset the checkpoint was trained on, {path}, is no longer there; "
+            "give its new place (or another dataset of the same kind) with --data DIR"
+        )
+    return path
+
+
+def _splits(data_dir: Path) -> list[str]:
+    """Names of the sub-folders of ``data_dir`` that hold a dataset.json."""
+    try:
+        return sorted(p.name for p in data_dir.iterdir() if (p / METADATA_FILE).is_file())
+    except OSError:
+        return []
+
+
+def _check_split(data_dir: Path, split: str, given: bool) -> None:
+    if (data_dir / split / METADATA_FILE).is_file():
+        return
+    found = _splits(data_dir)
+    if not found:
+        raise TrmError(
+            f"{data_dir} holds no dataset splits (no sub-folder with {METADATA_FILE}); "
+            "give a dataset built by `trm data build` with --data DIR"
+        )
+    which = f"--split {split}" if given else f"the checkpoint's eval split {split!r}"
+    raise TrmError(
+        f"{which}: {data_dir} has no split of that name; its splits are "
+        f"{', '.join(found)}; choose one with --split"
+    )
+
+
+def _check_shape(payload: dict, data_dir: Path, split: str) -> None:
+    """TrmError naming the fields when the data is not of the shape the model was built for."""
+    differences = checkpoint_shape(payload).model_differences(read_shape(data_dir, split))
+    if not differences:
+        return
+    listed = "; ".join(
+        f"{name} {mine} in the checkpoint, {theirs} in the data"
+        for name, mine, theirs in differences
+    )
+    where = payload.get("loaded_from") or "the checkpoint"
+    raise TrmError(
+        f"{data_dir / split} does not fit the model of {where} ({listed}); score it on a "
+        "dataset built with the same options as its training data (--data DIR), or train a "
+        "model on this one"
+    )
 
 
 def run_eval(args: argparse.Namespace) -> int:
     _, payload, runtime, spec, model = _restore(args)
     device = torch.device(runtime.device)
-    data_dir = args.data or Path(payload.get("data_dir") or "")
-    split = args.split or spec.data.eval_split
+    data_dir = _data_dir(args, payload)
+    split = args.split if args.split is not None else spec.data.eval_split
+    _check_split(data_dir, split, given=args.split is not None)
+    _check_shape(payload, data_dir, split)
     index = SplitIndex(open_split(data_dir / split))
     result = evaluate(
         model,
@@ -75,7 +209,7 @@ def run_eval(args: argparse.Namespace) -> int:
     )
     result = {
         "checkpoint": str(args.checkpoint),
-        "step": payload["step"],
+        "step": payload.get("step"),
         "split": str(data_dir / split),
         **result,
     }
@@ -90,15 +224,80 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _puzzle_text(argument: str) -> tuple[str, Path | None]:
+    """The puzzle text, read from a file when ``argument`` names one, and that file."""
+    candidate = argument.strip()
+    if not candidate or "\n" in candidate:
+        return argument, None
+    path = Path(candidate).expanduser()
+    try:
+        is_file, is_dir = path.is_file(), path.is_dir()
+    except (OSError, ValueError):  # too long or odd for a path: it is the puzzle itself
+        return argument, None
+    if is_dir and not set(candidate) <= _PUZZLE_CHARS:
+        raise TrmError(
+            f"puzzle {candidate} is a folder; give the puzzle as text or a file holding it"
+        )
+    if not is_file:
+        return argument, None
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TrmError(
+            f"puzzle file {path} cannot be read ({exc.strerror or exc}); check its permissions "
+            "or give the puzzle as text"
+        ) from None
+    try:
+        return data.decode("utf-8"), path
+    except UnicodeDecodeError as exc:
+        raise TrmError(
+            f"puzzle file {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start}); save it as plain text with '.' or '0' for blanks"
+        ) from None
+
+
+def _parse(source: Any, argument: str, seq_len: int) -> np.ndarray:
+    text, path = _puzzle_text(argument)
+    try:
+        tokens = source.parse_puzzle(text, seq_len)
+    except TrmError as exc:
+        if path is None:
+            raise
+        raise TrmError(f"{exc} (read from puzzle file {path})") from None
+    except (ValueError, TypeError, IndexError) as exc:  # a source that breaks its contract
+        where = f"puzzle file {path}" if path else "the puzzle"
+        raise TrmError(f"{where} cannot be parsed by the {source.name} source: {exc}") from None
+    question = np.asarray(tokens, dtype=np.int64).ravel()
+    if question.shape != (seq_len,):
+        raise TrmError(
+            f"the puzzle has {question.size} cells; the checkpoint's model takes {seq_len}"
+        )
+    return question
+
+
+def _solvable(source: Any, question: np.ndarray) -> bool | None:
+    """The source's verdict on whether the puzzle has a solution; None when it cannot say."""
+    check = getattr(source, "is_solvable", None)
+    if not callable(check):
+        return None
+    return bool(check(question))
+
+
+def _source(pm: TrmPluginManager, spec: RunSpec) -> Any:
+    try:
+        return find_data_source(pm, spec.data.source)
+    except TrmError as exc:
+        raise TrmError(
+            f"the checkpoint was trained on data source {spec.data.source!r}, which no "
+            f"plugin provides here ({exc}); switch its plugin on with --plugins NAME"
+        ) from None
+
+
 def run_solve(args: argparse.Namespace) -> int:
     pm, payload, runtime, spec, model = _restore(args)
     device = torch.device(runtime.device)
-    source = find_data_source(pm, spec.data.source)
-    seq_len = checkpoint_shape(payload).seq_len
-    text = args.puzzle
-    if Path(text).is_file():
-        text = Path(text).read_text()
-    question = np.asarray(source.parse_puzzle(text, seq_len), dtype=np.int64)
+    source = _source(pm, spec)
+    question = _parse(source, args.puzzle, checkpoint_shape(payload).seq_len)
     batch = to_device(
         {
             "inputs": question[None, :],
@@ -113,12 +312,18 @@ def run_solve(args: argparse.Namespace) -> int:
         .numpy()
     )
     valid = bool(source.check_answer(question, answer))
+    solvable = _solvable(source, question)
+    no_solution = (
+        f"the puzzle has no solution (checked by the {source.name} solver); "
+        "the model's answer cannot be valid"
+    )
     if args.json:
         print_json(
             {
                 "question": question.tolist(),
                 "answer": answer.tolist(),
                 "valid": valid,
+                "solvable": solvable,
                 "question_text": source.format_grid(question),
                 "answer_text": source.format_grid(answer),
             }
@@ -129,5 +334,7 @@ def run_solve(args: argparse.Namespace) -> int:
         print("model's answer:")
         print(source.format_grid(answer))
         print("valid solution: " + ("yes" if valid else "no"))
-    info(f"solved with {spec.name} at step {payload['step']}")
+        if solvable is False:
+            print(no_solution)
+    info(f"solved with {spec.name} at step {payload.get('step')}")
     return 0

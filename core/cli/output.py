@@ -8,7 +8,13 @@ from typing import Any
 
 
 def info(message: str) -> None:
-    """A status line for the user (stderr, so stdout stays clean for --json)."""
+    """A status line for the user (stderr, so stdout stays clean for --json).
+
+    On a terminal it first clears the line a live display (the progress plugin) may have
+    left without a newline, so the two never run together."""
+    if sys.stdout.isatty():
+        sys.stdout.write("\r\033[K")
+        sys.stdout.flush()
     print(f"trm: {message}", file=sys.stderr, flush=True)
 
 

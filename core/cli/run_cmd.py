@@ -16,7 +16,14 @@ from trm.memory import DEFAULT_MODE, EXTREME_RISKS, MODES
 from trm.paths import default_run_dir
 from trm.plan import plan_run
 from trm.plan.dataset import ensure_dataset
-from trm.plan.run_dir import check_checkpoint_room, lock_run_dir, preflight, write_run_record
+from trm.plan.run_dir import (
+    check_checkpoint_room,
+    check_reuse,
+    clear_run,
+    lock_run_dir,
+    preflight,
+    write_run_record,
+)
 from trm.plugin_manager import load_plugins
 from trm.spec import apply_overrides, load_spec, resolve_spec_path
 from trm.train import Trainer
@@ -36,6 +43,12 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     parser.add_argument("--out", type=Path, help="run directory (default runs/<spec name>)")
     parser.add_argument(
         "--resume", default="auto", help="auto (newest valid checkpoint in --out), never, or a path"
+    )
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="with --resume never: delete the checkpoints and metrics of the run already in "
+        "--out and start afresh (its built data are kept)",
     )
     parser.add_argument(
         "--max-steps",
@@ -63,6 +76,7 @@ def resume_command(args: argparse.Namespace, run_dir: Path) -> str:
         words += ["--set", text]
     if args.max_steps:
         words += ["--max-steps", str(args.max_steps)]
+    # never --resume never/--replace: the command continues the run it stopped
     if args.checkpoint_every:
         words += ["--checkpoint-every", args.checkpoint_every]
     return shlex.join(words)
@@ -71,24 +85,29 @@ def resume_command(args: argparse.Namespace, run_dir: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.resume not in ("auto", "never") and not Path(args.resume).exists():
         raise TrmError(f"--resume {args.resume}: no such checkpoint file or run directory")
+    if args.replace and args.resume != "never":
+        raise TrmError("--replace starts afresh: use it with --resume never")
     interval = parse_interval(args.checkpoint_every) if args.checkpoint_every else None
     spec = apply_overrides(load_spec(resolve_spec_path(args.spec)), args.set)
     pm = load_plugins(args.plugins)
     info(f"plugins on: {', '.join(pm.enabled_names())}")
+    if not pm.hook.save_checkpoint.get_hookimpls():
+        info(
+            "warning: no plugin saves checkpoints (is checkpoint switched off?): a crash or "
+            "a stop loses everything this run trains"
+        )
     run_dir = default_run_dir(spec.name, args.out)
-    plan = plan_run(pm, spec, args.mode, run_dir, log=info, build_data=True)
-    for note in plan.runtime.notes:
-        info(note)
-    for change in plan.changes:
-        info(change.describe())
-    if plan.runtime.reuse_host_memory:
-        info("host memory: freed blocks are kept for reuse (resident memory stays at its peak)")
-    if args.mode == "extreme":
-        info(f"warning: {EXTREME_RISKS}")
-
     preflight(run_dir)
     lock = lock_run_dir(run_dir)
     try:
+        check_reuse(run_dir, spec, args.resume, args.replace)
+        plan = plan_run(pm, spec, args.mode, run_dir, log=info, build_data=True)
+        for line in (*plan.runtime.notes, *(c.describe() for c in plan.changes)):
+            info(line)
+        if plan.runtime.reuse_host_memory:
+            info("host memory: freed blocks are kept for reuse (resident memory stays at its peak)")
+        if args.mode == "extreme":
+            info(f"warning: {EXTREME_RISKS}")
         data_dir = ensure_dataset(pm, plan.spec, run_dir, info)
         check_checkpoint_room(run_dir, plan.spec, plan.dataset)
         runtime = plan.runtime
@@ -96,6 +115,12 @@ def run(args: argparse.Namespace) -> int:
             f"training {plan.spec.name} on {runtime.device} ({runtime.precision}, "
             f"{runtime.threads} threads) into {run_dir}"
         )
+
+        def accepted(_state: object) -> None:
+            if args.replace:
+                clear_run(run_dir)
+            write_run_record(run_dir, plan)
+
         trainer = Trainer(
             plan.spec,
             runtime,
@@ -106,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             resume=args.resume,
             max_steps=args.max_steps,
             checkpoint_interval=interval,
-            on_accepted=lambda _state: write_run_record(run_dir, plan),
+            on_accepted=accepted,
         )
         summary = trainer.fit()
     finally:

@@ -22,6 +22,15 @@ class DataSource(Protocol):
     structures ``[data.generate]`` of a run spec into it (errors name ``data.generate.KEY``) and
     turns each field into a ``--field-name`` option of ``trm data build NAME``; its docstring
     and field metadata ``{"help": ...}`` become the help text.
+
+    Optional method (not part of the protocol; callers look it up with
+    ``getattr(source, "is_solvable", None)`` and treat its absence as "not known"):
+
+    ``is_solvable(question: np.ndarray) -> bool``
+        True when the puzzle ``question`` (token row, dataset encoding) has at least one
+        solution, False when the source's own solver proves it has none. ``trm solve`` uses it
+        to say that no answer of the model can be valid (``"solvable"`` in its JSON: true,
+        false, or null when the source has no such method).
     """
 
     name: str

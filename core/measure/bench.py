@@ -42,7 +42,7 @@ from trm.train import Trainer
 
 # Plugins a bench switches off: the live display and checkpoint writes are not the loop's
 # speed (an interval checkpoint could land inside a timed step).
-_BENCH_OFF = ("no:progress", "no:checkpoint")
+BENCH_OFF = ("no:progress", "no:checkpoint")
 NO_EVAL_SPLIT = "(no evaluation in a bench)"
 
 
@@ -196,7 +196,7 @@ def time_loop(
     """Train ``spec`` with the real loop into ``run_dir`` and time its optimizer steps."""
     timer = StepTimer()
     run_dir.mkdir(parents=True, exist_ok=True)
-    pm = load_plugins([*requested_plugins, *_BENCH_OFF], extra_modules=[("bench-timer", timer)])
+    pm = load_plugins([*requested_plugins, *BENCH_OFF], extra_modules=[("bench-timer", timer)])
     messages: list[str] = []
     trainer = Trainer(spec, runtime, pm, run_dir, data_dir, messages.append, resume="never")
     trainer.fit()
@@ -285,7 +285,7 @@ def run_bench(
     owned = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="trm-bench-")) if owned else Path(work_dir)
     try:
-        pm = load_plugins([*requested_plugins, *_BENCH_OFF])
+        pm = load_plugins([*requested_plugins, *BENCH_OFF])
         data_dir = ensure_dataset(pm, small_data_spec(spec, pm, batch_size), root, log)
         shape = read_shape(data_dir, spec.data.train_split)
         flops = model_flops(spec.arch, shape.seq_len, shape.vocab_size)

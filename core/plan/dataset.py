@@ -4,7 +4,8 @@ the train split's shape.
 ``[data] dir`` names a built dataset, or is empty: then the source's generator builds one from
 ``[data.generate]`` and the seed (the *recipe*) into ``RUN_DIR/data``, reused while
 ``RUN_DIR/data/build.json`` records the same recipe. A build goes to a temporary sibling and
-is moved in place when complete, so an interrupted build never leaves half a dataset.
+is swapped in when complete, so an interrupted build leaves the old data (or none), never
+half a dataset.
 
 The shape (:class:`trm.data.shape.DatasetShape`) is needed before the data exist (memory and
 time estimates). In order of preference: ``data.dir``'s dataset.json; data already built in
@@ -106,14 +107,21 @@ def ensure_dataset(pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log)
     if _built_matches(data_dir, recipe):
         return data_dir.resolve()
     log(f"building {source.name} data into {data_dir} …")
-    staging = run_dir / "data.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     options = build_options(source, spec.data.generate, "data.generate")
-    source.build(options, staging, spec.train.seed, log)
-    (staging / BUILD_RECORD).write_text(json.dumps(recipe, indent=2), encoding="utf-8")
-    shutil.rmtree(data_dir, ignore_errors=True)
-    staging.rename(data_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".data.building-", dir=run_dir))
+    staging.chmod(0o755)  # mkdtemp makes it private; a dataset is an ordinary folder
+    try:
+        source.build(options, staging, spec.train.seed, log)
+        (staging / BUILD_RECORD).write_text(json.dumps(recipe, indent=2), encoding="utf-8")
+        old = run_dir / f".data.old-{staging.name.rsplit('-', 1)[-1]}"
+        if data_dir.exists():
+            data_dir.rename(old)
+        staging.rename(data_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
     return data_dir.resolve()
 
 

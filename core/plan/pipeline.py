@@ -17,7 +17,7 @@ from trm.device.memory import budget_bytes
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile, merge_profiles
 from trm.memory import MODES, MemoryEstimate, collect_estimate
-from trm.plan.dataset import dataset_shape
+from trm.plan.dataset import dataset_shape, find_data_source
 from trm.plugin_manager import TrmPluginManager
 from trm.runtime import RuntimeChoice
 from trm.spec import Change, RunSpec
@@ -132,6 +132,7 @@ def plan_run(
     """
     if mode is not None and mode not in MODES:
         raise TrmError(f"mode {mode!r}: choose one of {', '.join(MODES)}")
+    find_data_source(pm, spec.data.source)  # an unknown source is an error even with data.dir
     hardware = hardware if hardware is not None else detect_hardware(pm)
     runtime = choose_runtime(pm, spec, hardware)
     dataset = dataset_shape(pm, spec, run_dir, log, build=build_data)

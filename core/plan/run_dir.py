@@ -1,5 +1,6 @@
-"""The run directory before training: writable, locked to one process, room for checkpoints,
-and the files that describe the run (spec.toml, hardware.json, adaptations.json)."""
+"""The run directory before training: writable, locked to one process, not holding another
+run that this one would train over, room for checkpoints, and the files that describe the run
+(spec.toml, hardware.json, adaptations.json) — written only once the run is accepted."""
 
 from __future__ import annotations
 
@@ -11,17 +12,102 @@ from typing import IO
 
 import attrs
 import torch
+from attrs import frozen
 
 from trm.data.shape import DatasetShape
 from trm.errors import TrmError
 from trm.plan.pipeline import Plan
-from trm.spec import RunSpec, spec_to_toml
+from trm.spec import RunSpec, load_spec, spec_to_toml
 
 MIN_FREE_BYTES = 64 * 2**20
 MIN_CHECKPOINTS_ROOM = 3
 LOCK_FILE = ".lock"
 # Checkpoint bytes beyond the tensors (spec, pickle framing, zip directory), a generous bound.
 CHECKPOINT_OVERHEAD_BYTES = 1 << 20
+
+
+# What a run writes into its directory (besides its built data, kept by --replace).
+RUN_FILES = ("metrics.jsonl", "summary.json", "spec.toml", "hardware.json", "adaptations.json")
+CHECKPOINTS = "checkpoints"
+
+
+@frozen
+class ExistingRun:
+    """What a run directory already holds: checkpoints (the newest's step) and metrics."""
+
+    name: str | None
+    checkpoint_steps: tuple[int, ...]
+    has_metrics: bool
+
+    @property
+    def holds_work(self) -> bool:
+        return bool(self.checkpoint_steps) or self.has_metrics
+
+    def describe(self) -> str:
+        name = f"the run {self.name!r}" if self.name else "a run"
+        if not self.checkpoint_steps:
+            return f"{name} (metrics, no checkpoint)"
+        count = len(self.checkpoint_steps)
+        return f"{name} ({count} checkpoint(s), the newest at step {max(self.checkpoint_steps)})"
+
+
+def inspect_run_dir(run_dir: Path) -> ExistingRun:
+    """What ``run_dir`` holds (nothing when it does not exist)."""
+    folder = run_dir / CHECKPOINTS
+    steps: list[int] = []
+    if folder.is_dir():
+        for path in folder.glob("step-*.pt"):
+            digits = path.name[5:-3]
+            if digits.isdigit():
+                steps.append(int(digits))
+    name = None
+    try:
+        name = load_spec(run_dir / "spec.toml").name
+    except Exception:  # no spec, or one this version cannot read: the name is unknown
+        name = None
+    return ExistingRun(name, tuple(sorted(steps)), (run_dir / "metrics.jsonl").exists())
+
+
+def check_reuse(run_dir: Path, spec: RunSpec, resume: str, replace: bool) -> ExistingRun:
+    """Refuse, before anything is built or written, a run that would train over another.
+
+    ``--resume never`` into a directory holding a run is refused unless ``replace``. A
+    resume of a run whose data were built from another recipe is refused too: it would
+    rebuild the run's data. Returns what the directory holds.
+    """
+    existing = inspect_run_dir(run_dir)
+    if not existing.holds_work:
+        return existing
+    if resume == "never":
+        if not replace:
+            raise TrmError(
+                f"{run_dir} holds {existing.describe()}; --resume never would train over it. "
+                "Continue it with --resume auto, choose another --out, or add --replace to "
+                "delete its checkpoints and metrics and start afresh"
+            )
+        return existing
+    if spec.data.dir or not existing.checkpoint_steps:
+        return existing
+    try:
+        recorded = load_spec(run_dir / "spec.toml")
+    except TrmError:
+        return existing
+    same = recorded.data == spec.data and recorded.train.seed == spec.train.seed
+    if not same:
+        raise TrmError(
+            f"{run_dir} holds {existing.describe()} trained on data built from another "
+            "recipe ([data] or train.seed differ); resuming would rebuild its data. Resume "
+            "with the spec it was trained with, choose another --out, or start afresh with "
+            "--resume never --replace"
+        )
+    return existing
+
+
+def clear_run(run_dir: Path) -> None:
+    """Delete a run's checkpoints, metrics and record (``--replace``); its data stay."""
+    shutil.rmtree(run_dir / CHECKPOINTS, ignore_errors=True)
+    for name in RUN_FILES:
+        (run_dir / name).unlink(missing_ok=True)
 
 
 def preflight(run_dir: Path) -> None:

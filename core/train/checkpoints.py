@@ -24,7 +24,7 @@ from attrs import define, field
 
 from trm.errors import TrainingFailed, TrmError
 from trm.plugin_manager import TrmPluginManager
-from trm.state import TrainState
+from trm.state import TrainState, last_good
 from trm.train.metrics_log import Journal
 
 DEFAULT_CHECKPOINT_INTERVAL_S = 600.0
@@ -118,6 +118,7 @@ class Checkpointer:
         self.schedule = schedule
         self.journal = journal
         self.failures = 0
+        self.warned_unsaved = False
 
     def reason_now(
         self, state: TrainState, asked: list[str], at_end: bool, stopping: bool
@@ -143,8 +144,8 @@ class Checkpointer:
             return
         if not all(bool(torch.isfinite(t).all()) for t in state.model.parameters()):
             raise TrainingFailed(
-                f"step {state.step}: the weights are no longer finite; the run stops and the "
-                f"last good checkpoint (step {state.checkpoint_step}) is kept — lower train.lr"
+                f"step {state.step}: the weights are no longer finite; the run stops and "
+                f"{last_good(state)} — lower train.lr"
             )
         self.journal.metrics.sync()
         try:
@@ -156,17 +157,24 @@ class Checkpointer:
         self.schedule.saved(state.step, time.perf_counter())
         if path is not None:
             state.checkpoint_step = state.step
+        elif not self.warned_unsaved:
+            self.warned_unsaved = True
+            self.journal.log(
+                f"warning: step {state.step}: no checkpoint written — no plugin saves "
+                "checkpoints (is checkpoint switched off?)"
+            )
 
     def _failed(self, state: TrainState, reason: str, exc: OSError) -> None:
         self.failures += 1
         self.journal.event(state.step, "checkpoint_failed", reason=reason, error=str(exc))
+        kept = last_good(state)
         self.journal.log(
-            f"warning: checkpoint at step {state.step} failed ({exc}); the previous "
-            f"checkpoint (step {state.checkpoint_step}) is intact"
+            f"warning: checkpoint at step {state.step} failed ({exc}); {kept} "
+            f"({self.failures} of {MAX_CHECKPOINT_FAILURES} failures in a row stop the run)"
         )
         if self.failures >= MAX_CHECKPOINT_FAILURES:
             raise TrainingFailed(
                 f"step {state.step}: {MAX_CHECKPOINT_FAILURES} checkpoint saves in a row "
-                f"failed (last: {exc}); the checkpoint of step {state.checkpoint_step} is "
-                "intact — free disk space or fix the run directory, then resume"
+                f"failed (last: {exc}); {kept} — free disk space or fix the run directory, "
+                "then resume"
             ) from exc

@@ -1,4 +1,8 @@
-"""Rebuild a trained model from a checkpoint payload, for ``trm eval`` and ``trm solve``."""
+"""Rebuild a trained model from a checkpoint payload, for ``trm eval`` and ``trm solve``.
+
+Every way a payload can be unusable (a spec that does not parse, weights of another shape,
+missing or damaged EMA shadows) becomes one TrmError naming the checkpoint and the problem.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,14 @@ from trm.data.shape import DatasetShape
 from trm.errors import TrmError
 from trm.model import EMA, build_model
 from trm.spec import RunSpec, spec_from_dict
+from trm.state import tensor_differences
+
+# At most this many weight problems are listed in one error line.
+MAX_LISTED = 4
+
+
+def _where(payload: dict[str, Any]) -> str:
+    return f"checkpoint {payload.get('loaded_from') or ''}".rstrip()
 
 
 def checkpoint_shape(payload: dict[str, Any]) -> DatasetShape:
@@ -18,18 +30,98 @@ def checkpoint_shape(payload: dict[str, Any]) -> DatasetShape:
         return DatasetShape.from_dict(dict(payload.get("dataset_shape") or {}))
     except (TrmError, TypeError, ValueError) as exc:
         raise TrmError(
-            f"the checkpoint does not record its dataset shape ({exc}); "
+            f"the {_where(payload)} does not record its dataset shape ({exc}); "
             "it was written by an incompatible trm version"
         ) from None
 
 
+def checkpoint_spec(payload: dict[str, Any]) -> RunSpec:
+    """The run spec a checkpoint records; TrmError when it is missing or does not parse."""
+    data = payload.get("spec")
+    if not isinstance(data, dict):
+        raise TrmError(
+            f"the {_where(payload)} holds no readable run spec (found "
+            f"{type(data).__name__}); it was not written by `trm run` or is damaged"
+        )
+    try:
+        return spec_from_dict(data, "checkpoint spec")
+    except TrmError as exc:
+        raise TrmError(
+            f"the {_where(payload)} records a spec this trm cannot read ({exc}); it was "
+            "written by an incompatible trm version or is damaged"
+        ) from None
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        raise TrmError(
+            f"the {_where(payload)} records a spec this trm cannot read "
+            f"({type(exc).__name__}: {exc}); it is damaged"
+        ) from None
+
+
+def _not_tensors(saved: Any, what: str) -> list[str]:
+    """Problems when ``saved`` is not a table of tensors."""
+    if not isinstance(saved, dict):
+        return [f"its {what} are {type(saved).__name__}, not a table of tensors"]
+    odd = sorted(str(k) for k, v in saved.items() if not isinstance(v, torch.Tensor))
+    return [f"{what} entry {name} is not a tensor" for name in odd]
+
+
+def _weight_problems(saved: Any, live: dict[str, torch.Tensor], what: str) -> list[str]:
+    return _not_tensors(saved, what) or tensor_differences(saved, live)
+
+
+def _refuse(payload: dict[str, Any], problems: list[str]) -> TrmError:
+    shown = problems[:MAX_LISTED]
+    if len(problems) > len(shown):
+        shown.append(f"… and {len(problems) - len(shown)} more")
+    return TrmError(
+        f"the {_where(payload)} does not fit the model its own spec describes: "
+        f"{'; '.join(shown)}. It is damaged or from an incompatible trm version; use another "
+        "checkpoint"
+    )
+
+
 def restore_model(payload: dict[str, Any], device: torch.device) -> tuple[RunSpec, Any]:
-    """The checkpoint's spec and its model in eval mode, with EMA weights when it has them."""
-    spec = spec_from_dict(payload["spec"], "checkpoint spec")
-    model = build_model(spec.arch, checkpoint_shape(payload))
-    model.load_state_dict(payload["model"])
-    if payload.get("ema") is not None:
+    """The checkpoint's spec and its model in eval mode, with EMA weights when it has them.
+
+    TrmError when the payload's spec, shape, weights or EMA shadows cannot make the model.
+    """
+    spec = checkpoint_spec(payload)
+    try:
+        model = build_model(spec.arch, checkpoint_shape(payload))
+    except TrmError:
+        raise
+    except (ValueError, TypeError, RuntimeError) as exc:
+        raise TrmError(
+            f"the {_where(payload)} describes a model this trm cannot build ({exc}); it is "
+            "damaged or from an incompatible trm version"
+        ) from None
+    live = model.state_dict()
+    problems = _weight_problems(payload.get("model"), live, "weights")
+    if problems:
+        raise _refuse(payload, problems)
+    try:
+        model.load_state_dict(payload["model"])
+    except (RuntimeError, TypeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else repr(exc)
+        raise _refuse(payload, [first]) from None
+    ema_state = payload.get("ema")
+    if ema_state is not None:
         ema = EMA(model, spec.train.ema_rate)
-        ema.load_state_dict(payload["ema"])
-        ema.copy_to(model)
+        shadow = ema_state.get("shadow") if isinstance(ema_state, dict) else None
+        problems = _not_tensors(shadow, "EMA shadows")
+        if not problems:
+            tracked = {k: live[k] for k in ema.shadow if k in live}
+            problems = [
+                p.replace("model key", "EMA shadow")
+                for p in tensor_differences(
+                    {k: v for k, v in shadow.items() if k in ema.shadow}, tracked
+                )
+            ]
+        if problems:
+            raise _refuse(payload, problems)
+        try:
+            ema.load_state_dict(ema_state)
+            ema.copy_to(model)
+        except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+            raise _refuse(payload, [f"EMA shadows: {exc}"]) from None
     return spec, model.to(device).eval()

@@ -13,24 +13,32 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from trm.control import TrainControl
 
 
 class MetricsLog:
-    """Appends rows to ``path``; use as a context manager after :meth:`continue_from`."""
+    """Appends rows to ``path``; use as a context manager after :meth:`continue_from`.
 
-    def __init__(self, path: Path) -> None:
+    A row that cannot be written (disk full) is kept in memory and written with the next row
+    that can be; ``on_error`` hears of the first failure of a streak. :meth:`sync` raises
+    OSError while rows are still held back, so the checkpoint that calls it counts as failed.
+    """
+
+    def __init__(self, path: Path, on_error: Callable[[OSError], None] | None = None) -> None:
         self.path = path
-        self._file: IO[str] | None = None
+        self.on_error = on_error
+        self.error: OSError | None = None
+        self._fd: int | None = None
+        self._pending = bytearray()
 
     def continue_from(self, step: int) -> None:
         """Keep only complete rows with ``step`` <= ``step`` (atomically rewritten)."""
         if not self.path.exists():
             return
         kept = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
@@ -42,26 +50,42 @@ class MetricsLog:
         os.replace(tmp, self.path)
 
     def __enter__(self) -> MetricsLog:
-        self._file = self.path.open("a", encoding="utf-8")
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            self._drain()
+            os.close(self._fd)
+            self._fd = None
 
     def write(self, row: dict[str, Any]) -> None:
         """Append one row and hand it to the OS (it survives a kill of the process)."""
-        if self._file is None:
+        if self._fd is None:
             raise RuntimeError("MetricsLog.write outside its context")
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
+        self._pending += (json.dumps(row) + "\n").encode()
+        self._drain()
+
+    def _drain(self) -> None:
+        while self._pending and self._fd is not None:
+            try:
+                written = os.write(self._fd, self._pending)
+            except OSError as exc:
+                if self.error is None and self.on_error is not None:
+                    self.on_error(exc)
+                self.error = exc
+                return
+            del self._pending[:written]
+        self.error = None
 
     def sync(self) -> None:
-        """Force written rows to disk (called before each checkpoint)."""
-        if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
+        """Force written rows to disk (called before each checkpoint); OSError while rows
+        are held back or the disk refuses."""
+        self._drain()
+        if self._pending:
+            raise OSError(f"metrics.jsonl cannot be written ({self.error})")
+        if self._fd is not None:
+            os.fsync(self._fd)
 
 
 class Journal:
@@ -74,6 +98,13 @@ class Journal:
     def __init__(self, metrics: MetricsLog, log: Callable[[str], None]) -> None:
         self.metrics = metrics
         self.log = log
+        metrics.on_error = self._metrics_failed
+
+    def _metrics_failed(self, error: OSError) -> None:
+        self.log(
+            f"warning: metrics.jsonl cannot be written ({error}); its rows are kept in memory "
+            "and written when the disk has room"
+        )
 
     def event(self, step: int, event: str, quiet: bool = False, **fields: Any) -> None:
         """Record an event row in metrics.jsonl (and show it unless ``quiet``)."""

@@ -15,7 +15,7 @@ from trm.device.oom import is_out_of_memory
 from trm.device.rng import capture_rng, restore_rng
 from trm.errors import TrainingFailed
 from trm.plugin_manager import TrmPluginManager
-from trm.state import TrainState
+from trm.state import TrainState, last_good
 from trm.train.metrics_log import Journal
 from trm.train.requests import set_micro_batch
 from trm.train.step import StepSetup, attempt_step
@@ -68,9 +68,8 @@ def _shrink_or_fail(
         else:
             why = "the micro-batch cannot shrink further"
         raise TrainingFailed(
-            f"step {step}: out of memory with micro-batch {old} ({detail}); {why}. The "
-            f"checkpoint of step {state.checkpoint_step} is intact — free memory or use a "
-            "smaller model, then resume"
+            f"step {step}: out of memory with micro-batch {old} ({detail}); {why}; "
+            f"{last_good(state)} — free memory or use a smaller model, then resume"
         )
     journal.event(step, "out_of_memory", quiet=True, micro_batch_size=old, error=detail)
     journal.log(f"step {step}: out of memory at micro-batch {old} ({detail}); retrying the step")

@@ -18,7 +18,7 @@ from trm.device.oom import is_out_of_memory
 from trm.device.transfer import autocast, to_device
 from trm.errors import TrainingFailed
 from trm.model import ACTLoss, TinyRecursiveModel, TRMCarry, lr_at_step
-from trm.state import TrainState
+from trm.state import TrainState, last_good
 
 
 @frozen
@@ -106,8 +106,7 @@ def attempt_step(
     if not math.isfinite(sums["loss_sum"]):
         raise TrainingFailed(
             f"step {state.step + 1}: the loss is not finite ({sums['loss_sum']}); the run "
-            f"stops and the last good checkpoint (step {state.checkpoint_step}) is kept — "
-            "lower train.lr or check the data, then resume"
+            f"stops and {last_good(state)} — lower train.lr or check the data, then resume"
         )
     for rows, new_carry in pieces:
         state.carry.assign_rows(rows, new_carry)
@@ -127,8 +126,8 @@ def attempt_step(
             raise
         raise TrainingFailed(
             f"step {update}: out of memory while updating the weights, which may now be "
-            f"partly updated, so the run stops; the checkpoint of step {state.checkpoint_step} "
-            "is intact — resume with a smaller runtime.micro_batch_size or a smaller model"
+            f"partly updated, so the run stops; {last_good(state)} — resume with a smaller "
+            "runtime.micro_batch_size or a smaller model"
         ) from None
     sums["lr"] = lr_at_step(update, state.spec.train, state.total_steps)
     return sums

@@ -78,9 +78,17 @@ def read_sudoku_csv(file: Path) -> tuple[np.ndarray, np.ndarray]:
                     raise TrmError(f"{where}: non-ASCII character in question or answer") from None
                 lines.append(reader.line_num)
     except OSError as error:
-        raise TrmError(f"cannot read {file}: {error}") from None
-    except (csv.Error, UnicodeDecodeError) as error:
-        raise TrmError(f"{file} is not a readable CSV file ({error})") from None
+        reason = error.strerror or str(error)
+        raise TrmError(
+            f"cannot read {file}: {reason}; check the path and its permissions (data.generate.csv)"
+        ) from None
+    except UnicodeDecodeError:
+        raise TrmError(
+            f"{file} is not UTF-8 text; give a sudoku-extreme CSV file saved as UTF-8 "
+            "(data.generate.csv)"
+        ) from None
+    except csv.Error as error:
+        raise TrmError(f"{file} is not a readable CSV file ({error}) (data.generate.csv)") from None
     q = np.frombuffer(questions, dtype=np.uint8).reshape(-1, CELLS)
     a = np.frombuffer(answers, dtype=np.uint8).reshape(-1, CELLS)
     line_numbers = np.frombuffer(lines, dtype=np.int64) if len(lines) else np.zeros(0, np.int64)

@@ -23,12 +23,14 @@ from trm.plugins.sudoku import grid
 from trm.plugins.sudoku.augment import augment_copies
 from trm.plugins.sudoku.csv_import import csv_files, read_sudoku_csv
 from trm.plugins.sudoku.generator import generate_many, resolve_workers
-from trm.plugins.sudoku.solver import is_valid_solution
+from trm.plugins.sudoku.solver import count_solutions, is_valid_solution
 
 SET_NAME = "all"
 IDENTIFIERS = ["<blank>"]
 # Fewest clues accepted per size: the known minimum for a unique puzzle.
 MIN_CLUES = {4: 4, 6: 8, 9: 17}
+# Most clues a generated puzzle keeps when ``clues`` is 0 (the default), per size.
+DEFAULT_CLUES = {4: 6, 6: 14, 9: 30}
 # Rounds of extra generation when duplicates (or test puzzles found in train) are dropped.
 _MAX_ROUNDS = 20
 # Independent random streams derived from the build seed.
@@ -48,7 +50,13 @@ class SudokuBuildOptions:
         default=1000,
         metadata={"help": "test puzzles; with --csv the test rows to take (0 = all of test.csv)"},
     )
-    clues: int = field(default=30, metadata={"help": "most clues a generated puzzle keeps"})
+    clues: int = field(
+        default=0,
+        metadata={
+            "help": "most clues a generated puzzle keeps; 0 = the size's default "
+            "(4x4: 6, 6x6: 14, 9x9: 30)"
+        },
+    )
     min_backtracks: int = field(
         default=0,
         metadata={"help": "hardness: fewest solver guesses a generated puzzle must need"},
@@ -64,6 +72,13 @@ class SudokuBuildOptions:
         },
     )
     workers: int = field(default=0, metadata={"help": "generator processes (0 = all cores)"})
+
+
+def max_clues(o: SudokuBuildOptions) -> int:
+    """The clue limit a generated puzzle keeps: ``clues``, or the size's default when 0."""
+    if o.clues == 0:
+        return DEFAULT_CLUES.get(o.size, 0)
+    return o.clues
 
 
 def validate_options(o: SudokuBuildOptions) -> None:
@@ -86,10 +101,10 @@ def validate_options(o: SudokuBuildOptions) -> None:
             if getattr(o, name) < 1:
                 raise TrmError(f"data.generate.{name} must be at least 1, got {getattr(o, name)}")
         low, high = MIN_CLUES[o.size], o.size * o.size
-        if not low <= o.clues <= high:
+        if not low <= max_clues(o) <= high:
             raise TrmError(
                 f"data.generate.clues must be between {low} and {high} for a {o.size}x{o.size} "
-                f"Sudoku, got {o.clues}"
+                f"Sudoku (or 0 for the size's default, {DEFAULT_CLUES[o.size]}), got {o.clues}"
             )
     for name in ("min_backtracks", "augment", "workers"):
         if getattr(o, name) < 0:
@@ -142,7 +157,7 @@ def _generate_distinct(
         questions, solutions = generate_many(
             batch,
             o.size,
-            o.clues,
+            max_clues(o),
             o.min_backtracks,
             seed=seed,
             workers=workers,
@@ -186,11 +201,16 @@ def _read_csv(
     o: SudokuBuildOptions, seed: int, log: Callable[[str], None]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Train and test ``(questions, solutions)`` from the CSV file or directory."""
-    train_file, test_file = csv_files(Path(o.csv))
+    train_file, test_file = csv_files(Path(o.csv).expanduser())
     questions, solutions = read_sudoku_csv(train_file)
     log(f"sudoku: read {questions.shape[0]} puzzles from {train_file}")
     if test_file is None:
         rows = questions.shape[0]
+        if rows < 2:
+            raise TrmError(
+                f"{train_file} holds {rows} puzzle rows; a single CSV file needs at least 2 "
+                "to split into train and test (data.generate.csv)"
+            )
         if not 1 <= o.test_count < rows:
             raise TrmError(
                 f"data.generate.test_count must be between 1 and {rows - 1} to split the "
@@ -256,6 +276,12 @@ class SudokuSource:
     name = "sudoku"
     options_type = SudokuBuildOptions
 
+    def validate_options(self, options: SudokuBuildOptions) -> None:
+        """Raise TrmError for impossible options or a missing ``csv``, before any build."""
+        validate_options(options)
+        if options.csv:
+            csv_files(Path(options.csv).expanduser())
+
     def build(
         self,
         options: SudokuBuildOptions,
@@ -276,7 +302,7 @@ class SudokuSource:
         else:
             log(
                 f"sudoku: generating {o.count} train puzzles ({o.size}x{o.size}, at most "
-                f"{o.clues} clues, min_backtracks {o.min_backtracks}) with {workers} workers"
+                f"{max_clues(o)} clues, min_backtracks {o.min_backtracks}) with {workers} workers"
             )
             train_q, train_s = _generate_distinct(
                 o,
@@ -339,3 +365,14 @@ class SudokuSource:
         if (q_digits < 0).any():
             return False
         return is_valid_solution(q_digits, grid.decode(answer))
+
+    def is_solvable(self, question: np.ndarray) -> bool:
+        """True when the question tokens (as :meth:`parse_puzzle` returns) have a solution.
+
+        False when two givens already clash or a token is not a blank or a digit; TrmError
+        when the row's length is not a Sudoku grid.
+        """
+        digits = grid.decode(np.asarray(question).ravel())
+        if (digits < 0).any():
+            return False
+        return count_solutions(digits, limit=1) >= 1
