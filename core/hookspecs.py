@@ -6,7 +6,8 @@ pluggy allows, an implementation may take only the arguments it uses.
 
 The life of ``trm run``: register_data_sources (when the spec's data must be built or its
 shape read), detect_hardware, configure_runtime, estimate_memory, adapt_config (then
-configure_runtime again when the runtime changed), load_checkpoint, on_train_start; per step
+configure_runtime again when the runtime changed), load_checkpoint, open_dataset,
+on_train_start; per step
 on_step (and on_out_of_memory, on_thermal_event, on_eval, save_checkpoint as they arise);
 on_train_end however the loop ends.
 """
@@ -20,6 +21,8 @@ import pluggy
 
 if TYPE_CHECKING:
     from trm.control import ThermalEvent, TrainControl
+    from trm.data.puzzle_dataset import PuzzleSplit
+    from trm.data.reader import DataReader, ReaderChoice
     from trm.data.shape import DatasetShape
     from trm.data.source import DataSource
     from trm.hardware import HardwareProfile
@@ -122,6 +125,19 @@ def load_checkpoint(path: Path, map_location: str) -> dict[str, Any] | None:
 @hookspec
 def on_train_start(state: TrainState, control: TrainControl) -> None:
     """The loop is about to take its first step (``state.step`` > 0 after a resume)."""
+
+
+@hookspec(firstresult=True)
+def open_dataset(split: PuzzleSplit, choice: ReaderChoice, device: str) -> DataReader | None:
+    """Return the reader that serves the train ``split`` for ``choice.name``, or None.
+
+    Called once per run, after resuming, with the planned :class:`trm.data.reader.ReaderChoice`
+    (``memory`` or ``stream``, its reason and ``prefetch_steps``) and the run's device. The
+    first answer wins; when nobody answers, the core serves ``memory`` itself
+    (:class:`trm.data.reader.MemoryReader`) and refuses any other name. The reader must
+    follow :class:`trm.data.reader.DataReader`: ``batch(step)`` returns exactly the rows the
+    sampler names for that step. The built-in ``streaming`` plugin answers ``stream``.
+    """
 
 
 # -------------------------------------------------------------------------------------------

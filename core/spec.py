@@ -33,6 +33,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 COMPILE_CHOICES = ("auto", "on", "off")
 HOST_MEMORY_CHOICES = ("auto", "reuse", "system")
+READERS = ("auto", "memory", "stream")
 POS_ENCODINGS = ("rope", "learned", "none")
 LOSSES = ("stablemax", "softmax")
 OPTIMIZERS = ("adam_atan2", "adamw")
@@ -104,6 +105,10 @@ class DataSpec:
     dir: str = ""
     train_split: str = "train"
     eval_split: str = "test"
+    # auto: the whole train split in memory when it takes at most a quarter of the memory
+    # budget, else streamed from disk; memory or stream to choose (trm.data.reader)
+    reader: str = "auto"
+    prefetch_steps: int = 4  # batches the stream reader prepares ahead (0: read in the loop)
     generate: dict[str, Any] = field(factory=dict)
 
 
@@ -338,6 +343,7 @@ def _ranges(spec: RunSpec) -> list[tuple[str, float, float, float, bool]]:
         ("train.eval_max_examples", t.eval_max_examples, 0, big, True),
         ("train.checkpoint_interval_steps", t.checkpoint_interval_steps, 0, big, True),
         ("train.checkpoint_keep", t.checkpoint_keep, 1, 1000, True),
+        ("data.prefetch_steps", spec.data.prefetch_steps, 0, 1024, True),
         ("runtime.threads", r.threads, 0, MAX_THREADS, True),
         ("runtime.micro_batch_size", r.micro_batch_size, 0, t.global_batch_size, True),
     ]
@@ -386,6 +392,7 @@ def validate(spec: RunSpec, where: str) -> None:
     need(bool(d.source), "data.source", "name a data source, e.g. sudoku")
     for key, split in (("data.train_split", d.train_split), ("data.eval_split", d.eval_split)):
         need(bool(_SPLIT.match(split)), key, f"{split!r} must be a folder name (e.g. 'test')")
+    need(d.reader in READERS, "data.reader", f"must be one of {READERS}")
     need(r.device in DEVICES, "runtime.device", f"must be one of {DEVICES}")
     need(r.precision in PRECISIONS, "runtime.precision", f"must be one of {PRECISIONS}")
     need(r.compile in COMPILE_CHOICES, "runtime.compile", f"must be one of {COMPILE_CHOICES}")

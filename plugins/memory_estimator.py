@@ -33,6 +33,7 @@ import torch
 from attrs import frozen
 
 from trm import hookimpl
+from trm.data.reader import ReaderChoice, choose_reader, reader_buffer_bytes
 from trm.data.shape import DatasetShape
 from trm.hardware import HardwareProfile
 from trm.memory import MemoryItem
@@ -283,19 +284,33 @@ def small_tensor_share(
     return sum(b for b in sizes if b < MMAP_THRESHOLD_MAX) / total if total else 1.0
 
 
-def _dataset_bytes(dataset: DatasetShape, global_batch: int) -> tuple[int, str]:
-    seq = dataset.seq_len
+def _dataset_bytes(
+    spec: RunSpec, dataset: DatasetShape, hardware: HardwareProfile
+) -> tuple[int, str]:
+    """The data reader's host memory (trm.data.reader): the step's batch and the sampler's
+    index always; the split itself when the memory reader holds it; with the stream reader
+    its prefetched batches — its memory-mapped pages are page cache the OS reclaims."""
+    seq, global_batch = dataset.seq_len, spec.train.global_batch_size
     batch = global_batch * (2 * seq * I64 + I64)
     index = I64 * (3 * dataset.total_puzzles + 2 * dataset.total_groups)
-    if dataset.train_file_bytes:
-        mapped, how = dataset.train_file_bytes, "train inputs/labels files"
+    if spec.data.reader == "memory":
+        choice = ReaderChoice("memory", "asked for", 0)
     else:
-        mapped, how = 2 * dataset.total_puzzles * seq * 4, "inputs/labels as int32 (size unknown)"
-    note = (
-        f"batch of {global_batch} rows (int64), sampler index arrays, and memory-mapped pages "
-        f"of the {how}, all resident once an epoch has read every row (file-backed)"
-    )
-    return batch + index + mapped, note
+        choice = choose_reader(spec, dataset, hardware)
+    if choice.name == "stream":
+        buffers = reader_buffer_bytes(spec, dataset, choice)
+        note = (
+            f"stream reader: the batch of {global_batch} rows, {choice.prefetch_steps} "
+            "prefetched batches and the sampler's index; the memory-mapped split is page "
+            "cache the OS reclaims"
+        )
+        return batch + index + buffers, note
+    if dataset.train_file_bytes:
+        held, how = dataset.train_file_bytes, "the train split's inputs and labels"
+    else:
+        held, how = 2 * dataset.total_puzzles * seq * 4, "inputs/labels as int32 (size unknown)"
+    note = f"memory reader: {how} in memory, the batch of {global_batch} rows (int64), the index"
+    return batch + index + held, note
 
 
 def estimate_items(
@@ -395,7 +410,7 @@ def estimate_items(
         max(0, nograd - activations - step_transient),
         f"{arch.H_cycles - 1} cycles without grad; counted only where above the grad cycle",
     )
-    data_bytes, data_note = _dataset_bytes(dataset, global_batch)
+    data_bytes, data_note = _dataset_bytes(spec, dataset, hardware)
     add("data-loader buffers", data_bytes, data_note, location="host")
 
     # Backend overheads

@@ -18,6 +18,7 @@ from trm.state import TrainState
 
 PLAIN_LINES_PER_RUN = 20
 PLAIN_MIN_INTERVAL_S = 15.0
+DATA_WAIT_SHOWN = 0.05  # the line shows the share of a step spent waiting for data above this
 
 
 def _format_duration(seconds: float) -> str:
@@ -27,6 +28,15 @@ def _format_duration(seconds: float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _data_wait(state: TrainState, metrics: dict[str, Any]) -> str:
+    """"  data wait N%" when the step waited more than DATA_WAIT_SHOWN for its batch."""
+    wait_s, rate = metrics.get("data_wait_s"), metrics.get("samples_per_s")
+    if not wait_s or not rate:
+        return ""
+    share = wait_s / (state.spec.train.global_batch_size / rate)
+    return f"  data wait {share:.0%}" if share > DATA_WAIT_SHOWN else ""
 
 
 class Progress:
@@ -52,7 +62,7 @@ class Progress:
         return (
             f"step {state.step}/{state.total_steps}  {metrics['samples_per_s']:.0f} samples/s"
             f"  loss {metrics['loss']:.4f}  eval exact {self.eval_text}"
-            f"  ETA {_format_duration(eta_s)}"
+            f"{_data_wait(state, metrics)}  ETA {_format_duration(eta_s)}"
         )
 
     def show(self, text: str) -> None:

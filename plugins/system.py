@@ -45,15 +45,56 @@ _MACOS_FEATURES = {
 }
 
 
-def memory_budget(total_bytes: int, available_bytes: int) -> tuple[int, int]:
+def memory_budget(
+    total_bytes: int, available_bytes: int, reserve_min_bytes: int = RESERVE_MIN_BYTES
+) -> tuple[int, int]:
     """``(reserve, budget)``: the OS reserve and the bytes a run may plan to use.
 
-    The reserve is a tenth of the total (at least 1 GiB); the budget is what is available now,
-    but never more than the total less the reserve.
+    The reserve is a tenth of the total (at least ``reserve_min_bytes``: 1 GiB for a whole
+    machine, none inside a memory cgroup, whose limit the OS does not share); the budget is
+    what is available now, but never more than the total less the reserve.
     """
-    reserve = max(RESERVE_MIN_BYTES, int(total_bytes * RESERVE_FRACTION))
+    reserve = max(reserve_min_bytes, int(total_bytes * RESERVE_FRACTION))
     budget = max(0, min(total_bytes - reserve, available_bytes))
     return reserve, budget
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_NO_LIMIT_BYTES = 2**60  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
+
+
+def cgroup_memory_limit(
+    proc_cgroup: Path = Path("/proc/self/cgroup"), root: Path = CGROUP_ROOT
+) -> tuple[int, int] | None:
+    """``(limit, usage)`` bytes of the tightest memory cgroup this process is in (v2
+    ``memory.max``/``memory.current`` or v1 ``memory.limit_in_bytes``/``usage_in_bytes``,
+    ancestors included); None without a limit or on a system without cgroups."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    found: list[tuple[int, int]] = []
+    for line in lines:
+        _hierarchy, controllers, path = line.split(":", 2)
+        if controllers == "":
+            base, limit_file, usage_file = root, "memory.max", "memory.current"
+        elif "memory" in controllers.split(","):
+            base, limit_file, usage_file = (
+                root / "memory",
+                "memory.limit_in_bytes",
+                "memory.usage_in_bytes",
+            )
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        for depth in range(len(parts), -1, -1):
+            folder = base.joinpath(*parts[:depth])
+            limit = _read(str(folder / limit_file))
+            usage = _read(str(folder / usage_file))
+            if limit and limit.strip().isdigit() and int(limit) < _NO_LIMIT_BYTES:
+                used = int(usage) if usage and usage.strip().isdigit() else 0
+                found.append((int(limit), used))
+    return min(found) if found else None
 
 
 def _read(path: str) -> str | None:
@@ -238,10 +279,16 @@ def detect(run_root: Path | None = None) -> HardwareProfile:
 
     memory = psutil.virtual_memory()
     swap = psutil.swap_memory()
-    reserve, budget = memory_budget(memory.total, memory.available)
+    total, available = memory.total, memory.available
+    limited = cgroup_memory_limit()
+    reserve_min = RESERVE_MIN_BYTES
+    if limited is not None and limited[0] < total:  # a container or a memory cgroup caps us
+        total, available = limited[0], max(0, min(available, limited[0] - limited[1]))
+        reserve_min = 0
+    reserve, budget = memory_budget(total, available, reserve_min)
     info.update(
-        memory_total_bytes=memory.total,
-        memory_available_bytes=memory.available,
+        memory_total_bytes=total,
+        memory_available_bytes=available,
         swap_total_bytes=swap.total,
         swap_free_bytes=swap.free,
         memory_reserve_bytes=reserve,

@@ -79,6 +79,8 @@ SET_CASES = [
     ("no-equals", "train.lr", "KEY=VALUE"),
     ("no-section", "lr=1", "section"),
     ("data-dir-missing", "data.dir=/nonexistent/trm-data", "does not exist"),
+    ("reader-unknown", "data.reader=fast", "data.reader"),
+    ("prefetch-negative", "data.prefetch_steps=-1", "data.prefetch_steps"),
     ("source-unknown", "data.source=chess", "chess"),
 ]
 

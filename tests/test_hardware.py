@@ -62,3 +62,27 @@ def test_benchmark_cache_round_trips_per_machine(tmp_path, monkeypatch):
     assert json.loads(path.read_text())["devices"][0]["matmul_bf16_gflops"] == 170.0
     assert load_cached_speeds() == (speeds, 800.0)
     assert system.detect(tmp_path).device_speeds == speeds
+
+
+def test_a_memory_cgroup_limit_is_found_in_v1_and_v2_and_the_tightest_wins(tmp_path):
+    from trm.plugins.system import cgroup_memory_limit
+
+    root = tmp_path / "cgroup"
+    v1 = root / "memory" / "jobs" / "trm"
+    v1.mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text(f"{2_500_000_000}\n")
+    (v1 / "memory.usage_in_bytes").write_text("1000\n")
+    (root / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    proc = tmp_path / "cgroup.txt"
+    proc.write_text("4:memory:/jobs/trm\n1:cpu:/\n")
+    assert cgroup_memory_limit(proc, root) == (2_500_000_000, 1000)
+    v2 = root / "user.slice"
+    v2.mkdir()
+    (v2 / "memory.max").write_text("1073741824\n")
+    (v2 / "memory.current").write_text("5\n")
+    proc.write_text("4:memory:/jobs/trm\n0::/user.slice\n")
+    assert cgroup_memory_limit(proc, root) == (1073741824, 5)
+    (v2 / "memory.max").write_text("max\n")
+    proc.write_text("0::/user.slice\n")
+    assert cgroup_memory_limit(proc, root) is None
+    assert cgroup_memory_limit(tmp_path / "absent", root) is None

@@ -124,11 +124,25 @@ def _killed_twice(base: Path, spec: Path) -> list[Phase]:
     ]
 
 
+def _streamed_killed_mid_step(base: Path, spec: Path) -> list[Phase]:
+    """The stream reader (prefetching 2 steps ahead) instead of the memory reader."""
+    run_dir = base / "stream-mid-step"
+    streamed = base / "stream.toml"
+    streamed.write_text(
+        spec.read_text().replace("[data]\n", '[data]\nreader = "stream"\nprefetch_steps = 2\n')
+    )
+    return [
+        _run_and_kill(run_dir, streamed, "kill", _train_rows_at_least(run_dir, 4)),
+        _run(run_dir, streamed, "resume"),
+    ]
+
+
 SCENARIOS: dict[str, Callable[[Path, Path], list[Phase]]] = {
     "reference": _reference,
     "mid-step": _killed_mid_step,
     "in-save": _killed_inside_a_checkpoint_write,
     "twice": _killed_twice,
+    "stream-mid-step": _streamed_killed_mid_step,
 }
 
 
@@ -190,3 +204,15 @@ def test_sigkill_twice_at_different_points_resumes_bit_identical(outcomes):
     _assert_same_as_reference(base, "twice", results["twice"])
     assert _resumed_from(second_kill.err) >= 5  # killed as step 5's checkpoint appeared
     assert _resumed_from(last.err) >= 9
+
+
+def test_the_stream_reader_reads_what_the_memory_reader_reads_and_resumes_bit_identical(outcomes):
+    """Prefetching on a thread never changes which rows a step reads: a streamed run killed
+    mid-step and resumed ends bit-identical to the uninterrupted memory-reader run."""
+    base, results = outcomes
+    _assert_same_as_reference(base, "stream-mid-step", results["stream-mid-step"])
+    killed, resumed = results["stream-mid-step"]
+    assert (
+        "data reader: stream" in killed.err and "data reader: memory" in results["reference"][0].err
+    )
+    assert _resumed_from(resumed.err) >= 3

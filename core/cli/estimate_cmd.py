@@ -14,6 +14,7 @@ import attrs
 
 from trm.cli.common import add_set_option
 from trm.cli.output import info, print_json
+from trm.data.reader import ReaderChoice
 from trm.hardware import format_bytes
 from trm.memory import DEFAULT_MODE, EXTREME_RISKS, MODE_TARGETS, MODES, MemoryEstimate
 from trm.paths import default_run_dir
@@ -42,7 +43,11 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
 
 
 def estimate_document(
-    estimate: MemoryEstimate, target_fraction: float, changes: tuple[Change, ...], mode: str
+    estimate: MemoryEstimate,
+    target_fraction: float,
+    changes: tuple[Change, ...],
+    mode: str,
+    reader: ReaderChoice,
 ) -> dict[str, Any]:
     """The JSON document of ``trm estimate --json`` (field names are a stable interface)."""
     where = estimate.limiting_location()
@@ -64,6 +69,7 @@ def estimate_document(
         ],
         "changes": [attrs.asdict(c) for c in changes],
         "mode": mode,
+        "reader": attrs.asdict(reader),
     }
 
 
@@ -106,9 +112,10 @@ def run(args: argparse.Namespace) -> int:
         )
         for change in plan.changes:
             info(change.describe())
+        info(f"data reader: {plan.reader.name} ({plan.reader.reason})")
         if mode == "extreme":
             info(f"warning: {EXTREME_RISKS}")
-    document = estimate_document(plan.estimate, target, plan.changes, args.mode)
+    document = estimate_document(plan.estimate, target, plan.changes, args.mode, plan.reader)
     if args.json:
         print_json(document)
     else:

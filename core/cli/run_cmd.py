@@ -132,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
             max_steps=args.max_steps,
             checkpoint_interval=interval,
             on_accepted=accepted,
+            reader=plan.reader,
         )
         summary = trainer.fit()
     finally:

@@ -9,14 +9,21 @@ import numpy as np
 import torch
 
 
-def to_device(batch: Mapping[str, np.ndarray], device: torch.device) -> dict[str, torch.Tensor]:
-    """Host arrays to ``device`` tensors. For CUDA the arrays are first copied into pinned
-    (page-locked) host memory, so the copies to the GPU run asynchronously (non-blocking)
-    and overlap with the GPU's work; on the CPU the tensors share the arrays' memory."""
-    tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()}
+def to_device(
+    batch: Mapping[str, np.ndarray | torch.Tensor], device: torch.device
+) -> dict[str, torch.Tensor]:
+    """Host arrays (or host tensors) to ``device`` tensors. For CUDA they are first copied into
+    pinned (page-locked) host memory, unless a reader pinned them already, so the copies to
+    the GPU run asynchronously (non-blocking) and overlap with the GPU's work; on the CPU the
+    tensors share the arrays' memory."""
+    tensors = {
+        k: v if isinstance(v, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))
+        for k, v in batch.items()
+    }
     if torch.device(device).type != "cuda":
         return {k: t.to(device) for k, t in tensors.items()}
-    return {k: t.pin_memory().to(device, non_blocking=True) for k, t in tensors.items()}
+    pinned = {k: t if t.is_pinned() else t.pin_memory() for k, t in tensors.items()}
+    return {k: t.to(device, non_blocking=True) for k, t in pinned.items()}
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from attrs import frozen
 
+from trm.data.reader import ReaderChoice, choose_reader
 from trm.data.shape import DatasetShape
 from trm.device.memory import budget_bytes
 from trm.errors import TrmError
@@ -31,8 +32,8 @@ class Plan:
 
     ``spec`` is the adapted spec (``requested`` as given), ``changes`` what ``adapt_config``
     changed and why, ``runtime`` the backend's choice for the adapted spec, ``estimate`` the
-    memory estimate of the adapted spec, ``dataset`` the train split's shape. ``mode`` is the
-    tier (None: the spec as written, not adapted).
+    memory estimate of the adapted spec, ``dataset`` the train split's shape, ``reader`` which
+    data reader serves it and why. ``mode`` is the tier (None: the spec as written).
     """
 
     requested: RunSpec
@@ -43,6 +44,7 @@ class Plan:
     dataset: DatasetShape
     estimate: MemoryEstimate
     changes: tuple[Change, ...]
+    reader: ReaderChoice
 
 
 def detect_hardware(pm: TrmPluginManager) -> HardwareProfile:
@@ -136,6 +138,7 @@ def plan_run(
     hardware = hardware if hardware is not None else detect_hardware(pm)
     runtime = choose_runtime(pm, spec, hardware)
     dataset = dataset_shape(pm, spec, run_dir, log, build=build_data)
+    choose_reader(spec, dataset, hardware)  # refuses a memory reader that cannot fit, up front
     estimate = estimate_memory(pm, spec, hardware, runtime, dataset)
     adapted, changes = spec, ()
     if mode is not None:
@@ -144,4 +147,5 @@ def plan_run(
         if adapted.runtime != spec.runtime:
             runtime = choose_runtime(pm, adapted, hardware)
         estimate = estimate.for_spec(adapted)
-    return Plan(spec, adapted, mode, hardware, runtime, dataset, estimate, changes)
+    reader = choose_reader(adapted, dataset, hardware)
+    return Plan(spec, adapted, mode, hardware, runtime, dataset, estimate, changes, reader)

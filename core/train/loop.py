@@ -22,8 +22,11 @@ import psutil
 import torch
 
 from trm.control import TrainControl
+from trm.data.reader import ReaderChoice, choose_reader
+from trm.data.shape import read_shape
 from trm.device.host_memory import reuse_freed_memory
 from trm.device.memory import begin_step, step_peak_mb
+from trm.hardware import HardwareProfile
 from trm.plugin_manager import TrmPluginManager
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
@@ -72,11 +75,14 @@ class Trainer:
         max_steps: int | None = None,
         checkpoint_interval: tuple[int, float] | None = None,
         on_accepted: Callable[[TrainState], None] | None = None,
+        reader: ReaderChoice | None = None,
     ) -> None:
         self.spec, self.runtime, self.pm = spec, runtime, pm
         self.run_dir, self.data_dir, self.resume_from = run_dir, data_dir, resume
         self.max_steps = max_steps
         self.on_accepted = on_accepted
+        self.reader = reader
+        self.data_wait_s = 0.0
         self.setup = StepSetup(
             device=torch.device(runtime.device),
             dtype=runtime.autocast_dtype,
@@ -101,9 +107,7 @@ class Trainer:
         """
         if self.runtime.reuse_host_memory:
             reuse_freed_memory()
-        data = open_data(self.spec, self.data_dir, self.journal.log)
-        state = new_state(self.spec, self.runtime, data, self.run_dir, self.data_dir)
-        resume(state, self.pm, self.resume_from, self.journal.log)
+        state, data = self.setup_run()
         first_carry(state, data, self.setup.device)
         if self.on_accepted is not None:
             self.on_accepted(state)
@@ -115,6 +119,7 @@ class Trainer:
         state.model.train()
         try:
             with StopRequests() as stops, self.journal.metrics:
+                data.reader.start(data.sampler.examples_for_step, state.step)
                 self.pm.hook.on_train_start(state=state, control=control)
                 self.journal.show(control)
                 while state.step < self.stop_step:
@@ -128,14 +133,32 @@ class Trainer:
             error = str(exc) or type(exc).__name__
             raise
         finally:
+            data.reader.close()
             state.wall_s_before = clock.total_s()
-            summary = self.finish(state, stopped, error)
+            summary = self.finish(state, stopped, error, clock)
         return summary
+
+    def setup_run(self) -> tuple[TrainState, RunData]:
+        """Open the data, build the state, resume (TrmError when a checkpoint does not fit)."""
+        shape = read_shape(self.data_dir, self.spec.data.train_split)
+        choice = self.reader or choose_reader(self.spec, shape, HardwareProfile())
+        data = open_data(
+            self.spec, self.data_dir, self.pm, choice, self.runtime.device, self.journal.log
+        )
+        try:
+            state = new_state(self.spec, self.runtime, data, self.run_dir, self.data_dir)
+            resume(state, self.pm, self.resume_from, self.journal.log)
+        except BaseException:
+            data.reader.close()
+            raise
+        return state, data
 
     def take_step(self, state: TrainState, data: RunData, control: TrainControl) -> dict[str, Any]:
         """One optimizer step and its metrics row (written to metrics.jsonl)."""
         started_s = time.perf_counter()
-        batch = data.train.gather(data.sampler.examples_for_step(state.step))
+        batch = data.reader.batch(state.step)
+        waited_s = time.perf_counter() - started_s
+        self.data_wait_s += waited_s
         begin_step(self.setup.device)
         sums = take_step(state, batch, self.setup, self.pm, control, self.journal)
         state.step += 1
@@ -147,6 +170,7 @@ class Trainer:
             self.process.memory_info().rss,
             step_peak_mb(self.setup.device),
         )
+        record["data_wait_s"] = round(waited_s, 4)
         self.journal.metrics.write(record)
         return record
 
@@ -195,8 +219,14 @@ class Trainer:
         interval = self.spec.train.eval_interval
         return state.step >= state.total_steps or (interval > 0 and state.step % interval == 0)
 
-    def finish(self, state: TrainState, stopped: str, error: str | None) -> dict[str, Any]:
-        """Write summary.json and call ``on_train_end``; returns the summary."""
+    def finish(
+        self, state: TrainState, stopped: str, error: str | None, clock: Stopwatch
+    ) -> dict[str, Any]:
+        """Write summary.json and call ``on_train_end``; returns the summary.
+
+        ``data_wait_share`` is the share of this process's training time the loop spent
+        waiting for its batches."""
+        process_s = max(clock.total_s() - clock.before_s, 1e-9)
         summary = {
             "stopped": stopped,
             "error": error,
@@ -213,6 +243,8 @@ class Trainer:
             "micro_batch_size": state.micro_batch_size,
             "device": self.runtime.device,
             "precision": self.runtime.precision,
+            "data_wait_s": round(self.data_wait_s, 3),
+            "data_wait_share": round(self.data_wait_s / process_s, 4),
         }
         try:
             text = json.dumps(summary, indent=2) + "\n"

@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 from attrs import frozen
 
-from trm.data.puzzle_dataset import open_split
+from trm.data.puzzle_dataset import PuzzleSplit, open_split
+from trm.data.reader import DataReader, MemoryReader, ReaderChoice
 from trm.data.sampler import SplitIndex, TrainSampler
 from trm.data.shape import DatasetShape
 from trm.device.compile import compile_for_runtime
@@ -23,21 +24,46 @@ from trm.state import TrainState
 
 @frozen
 class RunData:
-    """The train split, its sampler, and the evaluation split (None: none)."""
+    """The train split's reader and sampler, and the evaluation split (None: none)."""
 
-    train: SplitIndex
+    reader: DataReader
     sampler: TrainSampler
     evaluation: SplitIndex | None
     shape: DatasetShape
 
 
-def open_data(spec: RunSpec, data_dir: Path, log: Callable[[str], None]) -> RunData:
-    """Open the spec's splits in ``data_dir`` (arrays memory-mapped)."""
-    train = SplitIndex(open_split(data_dir / spec.data.train_split))
+def open_reader(
+    pm: TrmPluginManager, split: PuzzleSplit, choice: ReaderChoice, device: str
+) -> DataReader:
+    """The reader ``open_dataset`` gives for ``choice``; the core serves ``memory`` itself."""
+    reader = pm.hook.open_dataset(split=split, choice=choice, device=device)
+    if reader is not None:
+        return reader
+    if choice.name == "memory":
+        return MemoryReader(split)
+    raise TrmError(
+        f"data.reader {choice.name!r}: no plugin serves it (is the streaming plugin switched "
+        "off? trm plugins lists them); use data.reader = 'memory' or switch it on"
+    )
+
+
+def open_data(
+    spec: RunSpec,
+    data_dir: Path,
+    pm: TrmPluginManager,
+    choice: ReaderChoice,
+    device: str,
+    log: Callable[[str], None],
+) -> RunData:
+    """Open the spec's splits in ``data_dir``: the train split through its reader, the
+    evaluation split memory-mapped (it is read once per evaluation, in order)."""
     eval_path = data_dir / spec.data.eval_split
     evaluation = SplitIndex(open_split(eval_path)) if eval_path.exists() else None
     if evaluation is None:
         log(f"no {spec.data.eval_split!r} split in {data_dir}: training without evaluation")
+    reader = open_reader(pm, open_split(data_dir / spec.data.train_split), choice, device)
+    log(f"data reader: {reader.name} ({choice.reason})")
+    train = reader.index
     meta = train.split.metadata
     shape = DatasetShape(
         seq_len=int(meta.seq_len),
@@ -47,7 +73,7 @@ def open_data(spec: RunSpec, data_dir: Path, log: Callable[[str], None]) -> RunD
         total_groups=int(train.num_groups),
     )
     sampler = TrainSampler(train, spec.train.global_batch_size, spec.train.seed)
-    return RunData(train, sampler, evaluation, shape)
+    return RunData(reader, sampler, evaluation, shape)
 
 
 def new_state(
@@ -64,7 +90,7 @@ def new_state(
         ema=EMA(model, spec.train.ema_rate) if spec.train.ema else None,
         carry=None,
         run_dir=run_dir,
-        total_steps=spec.train.total_steps(data.train.num_groups),
+        total_steps=spec.train.total_steps(data.reader.index.num_groups),
         micro_batch_size=spec.runtime.micro_batch_size or spec.train.global_batch_size,
         data_dir=str(data_dir),
         dataset_shape=data.shape,
@@ -97,5 +123,5 @@ def resume(
 def first_carry(state: TrainState, data: RunData, device: torch.device) -> None:
     """Give a fresh run its carry (every row halted: the first step resets each row)."""
     if state.carry is None:
-        template = to_device(data.train.gather(data.sampler.examples_for_step(0)), device)
+        template = to_device(data.reader.index.gather(data.sampler.examples_for_step(0)), device)
         state.carry = state.model.initial_carry(template)
