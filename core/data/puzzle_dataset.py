@@ -10,16 +10,20 @@ one directory per split (``DIR/train``, ``DIR/test``). A split directory holds `
 - ``S__group_indices.npy``: ``[n_groups + 1]`` int32 puzzle start offsets (0 … n_puzzles).
 
 Directories written by the reference builders open unchanged, and :func:`write_split` writes
-files the reference's pydantic loader accepts. ``total_puzzles`` is optional on reading (HRM-era
-datasets lack it); it is then taken from the arrays.
+files the reference's pydantic loader accepts. :class:`SplitWriter` writes the same files chunk by
+chunk, for splits larger than memory. ``total_puzzles`` is optional on reading (HRM-era datasets
+lack it); it is then taken from the arrays.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, BinaryIO
 
 import numpy as np
 from attrs import evolve, field, frozen
@@ -30,6 +34,8 @@ ARRAY_NAMES = ("inputs", "labels", "puzzle_identifiers", "puzzle_indices", "grou
 INDEX_ARRAY_NAMES = ("puzzle_identifiers", "puzzle_indices", "group_indices")
 METADATA_FILE = "dataset.json"
 IDENTIFIERS_FILE = "identifiers.json"
+# The largest count an int32 index array can hold.
+_INT32_MAX = int(np.iinfo(np.int32).max)
 
 # Token-range checks read at most this many bytes of one token array (in evenly spaced chunks).
 _RANGE_CHECK_BYTES = 256 * 2**20
@@ -189,6 +195,229 @@ def write_split(
         json.dump(metadata.to_json_dict(), f)
 
 
+@frozen
+class SetSize:
+    """The declared size of one set for :class:`SplitWriter`: examples, puzzles and groups."""
+
+    examples: int
+    puzzles: int
+    groups: int
+
+
+class SplitWriter:
+    """Write a split directory chunk by chunk, in :func:`write_split`'s layout and bytes.
+
+    Sizes are declared up front: ``sizes`` maps each name of ``metadata.sets`` (in that order) to
+    its :class:`SetSize`. Each array file gets its final ``.npy`` header at once (the header
+    ``np.save`` writes), then grows as :meth:`append` adds rows at its end, with plain file writes
+    flushed after each chunk: memory is bounded by the chunk, not the split (a memory map of the
+    file would keep every written page resident in this process). ``dataset.json`` is written
+    last, by :meth:`close`, once every set holds its declared size; until then the split has no
+    ``dataset.json`` (a stale one is deleted first), so :func:`open_split` refuses a half-written
+    split. As a context manager it calls :meth:`close` on success, :meth:`abort` on an exception.
+
+    A chunk is a run of whole groups given as :func:`write_split` takes a set, with offsets local
+    to the chunk (``puzzle_indices`` from 0 to its examples, ``group_indices`` from 0 to its
+    puzzles); the writer shifts them. Each chunk is checked in full (dtypes, shapes, token and
+    identifier ranges, offsets) before any of it is written. Token arrays are written with
+    ``token_dtype`` (a chunk must cast to it safely), index arrays as int32. Raises ValueError (a
+    bug in the caller) when the metadata, sizes or a chunk break the format, or a set is short.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        metadata: PuzzleDatasetMetadata,
+        sizes: Mapping[str, SetSize],
+        token_dtype: Any = np.uint8,
+    ) -> None:
+        self.path = Path(path)
+        self.metadata = metadata
+        self.token_dtype = np.dtype(token_dtype)
+        if list(sizes) != list(metadata.sets):
+            raise ValueError(f"sets {list(sizes)} differ from metadata.sets {metadata.sets}")
+        if not np.issubdtype(self.token_dtype, np.integer):
+            raise ValueError(f"token_dtype must be an integer dtype, got {self.token_dtype}")
+        try:
+            _check_metadata_values(self.path / METADATA_FILE, metadata)
+        except _FormatError as error:
+            raise ValueError(str(error)) from None
+        for name, size in sizes.items():
+            e, p, g = size.examples, size.puzzles, size.groups
+            if not (0 <= g <= p <= e <= _INT32_MAX and (p == 0 or g > 0) and (e == 0 or p > 0)):
+                raise ValueError(
+                    f"set {name!r}: sizes {size} are impossible (need 0 <= groups <= puzzles <= "
+                    f"examples <= {_INT32_MAX}, none empty unless all after it are)"
+                )
+        groups = sum(size.groups for size in sizes.values())
+        puzzles = sum(size.puzzles for size in sizes.values())
+        if metadata.total_groups != groups:
+            raise ValueError(
+                f"metadata.total_groups {metadata.total_groups} but the sets hold {groups}"
+            )
+        if metadata.total_puzzles >= 0 and metadata.total_puzzles != puzzles:
+            raise ValueError(
+                f"metadata.total_puzzles {metadata.total_puzzles} but the sets hold {puzzles}"
+            )
+        self.sizes = dict(sizes)
+        self._written = {name: SetSize(0, 0, 0) for name in sizes}
+        self._files: dict[tuple[str, str], BinaryIO] = {}
+        self._state = "open"
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / METADATA_FILE).unlink(missing_ok=True)
+        try:
+            for name, size in sizes.items():
+                shapes = {
+                    "inputs": (size.examples, metadata.seq_len),
+                    "labels": (size.examples, metadata.seq_len),
+                    "puzzle_identifiers": (size.puzzles,),
+                    "puzzle_indices": (size.puzzles + 1,),
+                    "group_indices": (size.groups + 1,),
+                }
+                for a in ARRAY_NAMES:
+                    file = self.path / f"{name}__{a}.npy"
+                    self._files[name, a] = _start_npy(file, self._dtype(a), shapes[a])
+                for a in ("puzzle_indices", "group_indices"):
+                    self._files[name, a].write(np.zeros(1, dtype=np.int32).tobytes())
+        except BaseException:
+            self.abort()
+            raise
+
+    def written(self, set_name: str) -> SetSize:
+        """How much of ``set_name`` has been appended so far."""
+        return self._written[set_name]
+
+    def append(self, set_name: str, arrays: Mapping[str, np.ndarray]) -> None:
+        """Check one chunk of whole groups of ``set_name`` and add it at the end of its files."""
+        if self._state != "open":
+            raise ValueError(f"SplitWriter for {self.path} is {self._state}; cannot append")
+        if set_name not in self._written:
+            raise ValueError(f"set {set_name!r} is not one of {list(self.sizes)}")
+        missing = [a for a in ARRAY_NAMES if a not in arrays]
+        if missing:
+            raise ValueError(f"chunk of set {set_name!r} lacks arrays {missing}")
+        chunk = {a: np.asarray(arrays[a]) for a in ARRAY_NAMES}
+        done, total = self._written[set_name], self.sizes[set_name]
+        part = PuzzleSet(name=set_name, **chunk)
+        where = f"chunk of set {set_name!r} at example {done.examples}"
+        try:
+            _check_set(self.path, self.metadata, part, row_offset=done.examples)
+        except _FormatError as error:
+            raise ValueError(f"{where}: {error}") from None
+        for a in ("inputs", "labels"):
+            if not np.can_cast(chunk[a].dtype, self.token_dtype, casting="safe"):
+                raise ValueError(
+                    f"{where}: {a} has dtype {chunk[a].dtype}, which does not cast safely to "
+                    f"the split's {self.token_dtype}"
+                )
+        after = SetSize(
+            done.examples + part.num_examples,
+            done.puzzles + part.num_puzzles,
+            done.groups + part.num_groups,
+        )
+        if (
+            after.examples > total.examples
+            or after.puzzles > total.puzzles
+            or after.groups > total.groups
+        ):
+            raise ValueError(f"{where}: it would take the set to {after}, past its size {total}")
+        if part.num_examples == 0:
+            return
+        values = {
+            "inputs": chunk["inputs"].astype(self.token_dtype, copy=False),
+            "labels": chunk["labels"].astype(self.token_dtype, copy=False),
+            "puzzle_identifiers": chunk["puzzle_identifiers"].astype(np.int32),
+            "puzzle_indices": (chunk["puzzle_indices"][1:].astype(np.int64) + done.examples),
+            "group_indices": (chunk["group_indices"][1:].astype(np.int64) + done.puzzles),
+        }
+        try:
+            for a in ARRAY_NAMES:
+                data = np.ascontiguousarray(values[a], dtype=self._dtype(a))
+                self._files[set_name, a].write(data.data)
+                self._files[set_name, a].flush()
+        except BaseException:
+            self.abort()
+            raise
+        self._written[set_name] = after
+
+    def close(self) -> None:
+        """Check every set is complete, close the arrays, then write ``dataset.json``."""
+        if self._state != "open":
+            raise ValueError(f"SplitWriter for {self.path} is {self._state}; cannot close")
+        short = [
+            f"{name} holds {self._written[name]} of {size}"
+            for name, size in self.sizes.items()
+            if self._written[name] != size
+        ]
+        if short:
+            self.abort()
+            raise ValueError(f"split {self.path} is incomplete: {'; '.join(short)}")
+        try:
+            for f in self._files.values():
+                f.flush()
+                os.fsync(f.fileno())
+            for f in self._files.values():
+                f.close()
+        except BaseException:
+            self.abort()
+            raise
+        self._files = {}
+        temporary = self.path / f".{METADATA_FILE}.partial"
+        with open(temporary, "w") as f:
+            json.dump(self.metadata.to_json_dict(), f)
+        os.replace(temporary, self.path / METADATA_FILE)
+        self._state = "closed"
+
+    def abort(self) -> None:
+        """Close the array files and write no ``dataset.json`` (the split stays unreadable)."""
+        self._close_files()
+        self._state = "aborted"
+
+    def __enter__(self) -> SplitWriter:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if kind is not None:
+            self.abort()
+        elif self._state == "open":
+            self.close()
+
+    def _dtype(self, array: str) -> np.dtype:
+        return self.token_dtype if array in ("inputs", "labels") else np.dtype(np.int32)
+
+    def _close_files(self) -> None:
+        files, self._files = self._files, {}
+        for f in files.values():
+            with contextlib.suppress(OSError):  # aborting anyway: no dataset.json follows
+                f.close()
+
+
+def _start_npy(file: Path, dtype: np.dtype, shape: tuple[int, ...]) -> BinaryIO:
+    """Open ``file`` for writing and write the ``.npy`` header ``np.save`` gives such an array."""
+    header = {
+        "descr": np.lib.format.dtype_to_descr(dtype),
+        "fortran_order": False,
+        "shape": tuple(int(n) for n in shape),
+    }
+    f = open(file, "wb")  # noqa: SIM115 - kept open for the writer's appends
+    try:
+        try:
+            np.lib.format.write_array_header_1_0(f, header)
+        except ValueError:  # a header too long for format 1.0, as np.save falls back
+            f.seek(0)
+            f.truncate()
+            np.lib.format.write_array_header_2_0(f, header)
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
 def write_identifiers(root: Path, names: list[str]) -> None:
     """Write ``root/identifiers.json``: the puzzle-identifier names (``["<blank>"]`` for Sudoku)."""
     root = Path(root)
@@ -315,7 +544,11 @@ def _check_split(
     return m
 
 
-def _check_set(split_dir: Path, m: PuzzleDatasetMetadata, s: PuzzleSet) -> None:
+def _check_set(
+    split_dir: Path, m: PuzzleDatasetMetadata, s: PuzzleSet, row_offset: int = 0
+) -> None:
+    """Check one set's arrays; ``row_offset`` is added to row numbers in messages."""
+
     def file(a: str) -> Path:
         return split_dir / f"{s.name}__{a}.npy"
 
@@ -357,8 +590,8 @@ def _check_set(split_dir: Path, m: PuzzleDatasetMetadata, s: PuzzleSet) -> None:
                 f"{file('puzzle_identifiers')} holds identifier {bad} outside "
                 f"[0, num_puzzle_identifiers={m.num_puzzle_identifiers})"
             )
-    _check_tokens(file("inputs"), s.inputs, m.vocab_size, None)
-    _check_tokens(file("labels"), s.labels, m.vocab_size, m.ignore_label_id)
+    _check_tokens(file("inputs"), s.inputs, m.vocab_size, None, row_offset)
+    _check_tokens(file("labels"), s.labels, m.vocab_size, m.ignore_label_id, row_offset)
 
 
 def _check_offsets(file: Path, offsets: np.ndarray, end: int, what: str) -> None:
@@ -376,7 +609,9 @@ def _check_offsets(file: Path, offsets: np.ndarray, end: int, what: str) -> None
         )
 
 
-def _check_tokens(file: Path, tokens: np.ndarray, vocab_size: int, ignore: int | None) -> None:
+def _check_tokens(
+    file: Path, tokens: np.ndarray, vocab_size: int, ignore: int | None, row_offset: int = 0
+) -> None:
     """Every token (bar ``ignore``) lies in [0, vocab_size); large arrays are sampled."""
     for start, chunk in _sample_rows(tokens):
         values = np.asarray(chunk)
@@ -389,7 +624,7 @@ def _check_tokens(file: Path, tokens: np.ndarray, vocab_size: int, ignore: int |
             bad = low if low < 0 else high
             rows = np.nonzero((np.asarray(chunk) == bad).any(axis=1))[0]
             raise _FormatError(
-                f"{file} holds token {bad} (row {start + int(rows[0])}) outside "
+                f"{file} holds token {bad} (row {row_offset + start + int(rows[0])}) outside "
                 f"[0, vocab_size={vocab_size})"
             )
 

@@ -60,6 +60,8 @@ def encode(digits: np.ndarray) -> np.ndarray:
     """Tokens of a grid ``(n, n)`` or batch ``(..., n, n)``: cells flattened, digit + 1, uint8."""
     digits = np.asarray(digits)
     flat = digits.reshape(*digits.shape[:-2], digits.shape[-1] * digits.shape[-2])
+    if flat.dtype == np.uint8:  # the same wrap-around as below, without an int64 copy
+        return flat + np.uint8(1)
     return (flat.astype(np.int64) + 1).astype(np.uint8)
 
 

@@ -3,11 +3,17 @@
 ``build`` writes ``out_dir/train`` and ``out_dir/test`` with one set ``all`` as the reference
 builder does: each train puzzle and its ``augment`` augmented copies form one group, with one
 example per puzzle; the test set is never augmented, and no test question appears in train.
+
+Only the base puzzles are held in memory (``count`` x 2 grids): the train split is augmented,
+encoded and written a chunk of whole groups at a time (:data:`_CHUNK_ROWS` rows), so a build's
+memory does not grow with ``augment``. The test questions are checked against each train chunk
+on the way (64-bit row hashes to find candidates, then exact comparison).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +21,8 @@ from attrs import field, frozen
 
 from trm.data.puzzle_dataset import (
     PuzzleDatasetMetadata,
+    SetSize,
+    SplitWriter,
     write_identifiers,
     write_split,
 )
@@ -35,6 +43,13 @@ DEFAULT_CLUES = {4: 6, 6: 14, 9: 30}
 _MAX_ROUNDS = 20
 # Independent random streams derived from the build seed.
 _TRAIN_STREAM, _TEST_STREAM, _AUGMENT_STREAM, _TRAIN_SUBSET, _TEST_SUBSET = range(5)
+# Most train rows (examples) augmented and written at once; a chunk holds whole groups, so at
+# least one puzzle and its copies. About 10 MiB per token array for 9x9 grids.
+_CHUNK_ROWS = 1 << 17
+# Fewest seconds between two progress lines while the train split is written.
+_PROGRESS_SECONDS = 5.0
+# Odd multipliers of the splitmix64 finaliser, the mixing step of _row_hashes.
+_MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 
 @frozen
@@ -122,6 +137,50 @@ def _row_keys(tokens: np.ndarray) -> np.ndarray:
     return rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel()
 
 
+def _row_hashes(tokens: np.ndarray) -> np.ndarray:
+    """A uint64 hash per token row: equal rows hash equal; different rows rarely do.
+
+    The row's bytes, zero-padded to whole 64-bit words, are folded in one word at a time:
+    ``h = mix(h ^ word)`` with the splitmix64 finaliser as ``mix`` (vectorised over rows, about
+    0.15 s per million 81-byte rows). Only a filter: matches are confirmed on the bytes.
+    """
+    rows = np.ascontiguousarray(tokens.reshape(tokens.shape[0], -1)).view(np.uint8)
+    n, width = rows.shape
+    words = -(-width // 8)
+    padded = np.zeros((n, words * 8), dtype=np.uint8)
+    padded[:, :width] = rows
+    padded_words = padded.view(np.uint64)
+    h = np.full(n, 0x9E3779B97F4A7C15 ^ width, dtype=np.uint64)
+    t = np.empty_like(h)
+    for j in range(words):
+        h ^= padded_words[:, j]
+        for shift, multiplier in ((30, _MIX_1), (27, _MIX_2), (31, None)):
+            np.right_shift(h, np.uint64(shift), out=t)
+            h ^= t
+            if multiplier is not None:
+                h *= multiplier
+    return h
+
+
+class _RowFinder:
+    """Which of a few candidate token rows occur among many rows shown chunk by chunk (exact)."""
+
+    def __init__(self, candidates: np.ndarray) -> None:
+        self._keys = _row_keys(candidates)
+        self._hashes = np.sort(_row_hashes(candidates))
+        self.found = np.zeros(candidates.shape[0], dtype=bool)
+
+    def scan(self, rows: np.ndarray) -> None:
+        """Mark the candidates equal to a row of ``rows``."""
+        if self._hashes.size == 0 or rows.shape[0] == 0:
+            return
+        hashes = _row_hashes(rows)
+        at = np.minimum(np.searchsorted(self._hashes, hashes), self._hashes.size - 1)
+        maybe = self._hashes[at] == hashes
+        if maybe.any():
+            self.found |= np.isin(self._keys, _row_keys(rows[maybe]))
+
+
 def _progress_logger(log: Callable[[str], None], what: str, total: int) -> Callable[[int], None]:
     """A progress callback that logs at each further quarter of ``total``."""
     last = [0]
@@ -140,11 +199,17 @@ def _generate_distinct(
     count: int,
     seed: int,
     workers: int,
-    exclude: np.ndarray | None,
+    exclude: Callable[[np.ndarray], np.ndarray] | None,
     log: Callable[[str], None],
     what: str,
+    first: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``count`` distinct generated puzzles whose questions are not among ``exclude`` keys."""
+    """``count`` distinct generated puzzles whose questions ``exclude`` does not flag.
+
+    ``exclude`` maps a batch of questions to a bool mask (True: drop). ``first``, when given, is
+    round 0 already done by the caller: ``generate_many(count, start=0)``'s questions and
+    solutions with their mask.
+    """
     kept_q: list[np.ndarray] = []
     kept_s: list[np.ndarray] = []
     seen: set[bytes] = set()
@@ -154,20 +219,14 @@ def _generate_distinct(
         if need <= 0:
             break
         batch = need if round_index == 0 else need + need // 2 + 16
-        questions, solutions = generate_many(
-            batch,
-            o.size,
-            max_clues(o),
-            o.min_backtracks,
-            seed=seed,
-            workers=workers,
-            start=start,
-            progress=_progress_logger(log, what, batch),
-        )
+        if round_index == 0 and first is not None:
+            questions, solutions, excluded = first
+        else:
+            questions, solutions = _generate(o, batch, seed, workers, start, log, what)
+            excluded = np.zeros(batch, dtype=bool)
+            if exclude is not None:
+                excluded = exclude(questions)
         start += batch
-        excluded = np.zeros(batch, dtype=bool)
-        if exclude is not None and exclude.size:
-            excluded = np.isin(_row_keys(grid.encode(questions)), exclude)
         for q, s, skip in zip(questions, solutions, excluded, strict=True):
             key = q.tobytes()
             if skip or key in seen or len(kept_q) == count:
@@ -184,6 +243,28 @@ def _generate_distinct(
             "data.generate.test_count, or raise data.generate.clues"
         )
     return np.stack(kept_q), np.stack(kept_s)
+
+
+def _generate(
+    o: SudokuBuildOptions,
+    batch: int,
+    seed: int,
+    workers: int,
+    start: int,
+    log: Callable[[str], None],
+    what: str,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Puzzles ``start .. start + batch`` of the stream ``seed``, logging progress."""
+    return generate_many(
+        batch,
+        o.size,
+        max_clues(o),
+        o.min_backtracks,
+        seed=seed,
+        workers=workers,
+        start=start,
+        progress=_progress_logger(log, what, batch),
+    )
 
 
 def _subset(
@@ -229,12 +310,15 @@ def _read_csv(
 
 
 def _augmented(
-    questions: np.ndarray, solutions: np.ndarray, copies: int, seed: int
+    questions: np.ndarray, solutions: np.ndarray, copies: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each puzzle followed by ``copies`` augmentations: ``(n * (copies + 1), size, size)``."""
+    """Each puzzle followed by ``copies`` augmentations: ``(n * (copies + 1), size, size)``.
+
+    Draws from ``rng`` puzzle by puzzle, so calls on consecutive slices with one ``rng`` give,
+    concatenated, what one call on the whole array gives.
+    """
     if copies == 0:
         return questions, solutions
-    rng = np.random.default_rng(seed)
     n, size = questions.shape[0], questions.shape[1]
     out_q = np.empty((n, copies + 1, size, size), dtype=questions.dtype)
     out_s = np.empty_like(out_q)
@@ -244,11 +328,29 @@ def _augmented(
     return out_q.reshape(-1, size, size), out_s.reshape(-1, size, size)
 
 
-def _write(split_dir: Path, questions: np.ndarray, solutions: np.ndarray, group_size: int) -> None:
-    """One split: one example per puzzle, groups of ``group_size`` consecutive puzzles."""
-    size = questions.shape[1]
-    n = questions.shape[0]
-    metadata = PuzzleDatasetMetadata(
+def _chunk_puzzles(copies: int) -> int:
+    """Puzzles per train chunk: as many whole groups as fit in _CHUNK_ROWS rows, at least one."""
+    return max(1, _CHUNK_ROWS // (copies + 1))
+
+
+def _train_chunks(
+    questions: np.ndarray, solutions: np.ndarray, copies: int, seed: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The train split's digit grids in order, a chunk of whole groups at a time.
+
+    Concatenated, the chunks are ``_augmented(questions, solutions, copies, default_rng(seed))``.
+    """
+    rng = np.random.default_rng(seed)
+    step = _chunk_puzzles(copies)
+    for start in range(0, questions.shape[0], step):
+        yield _augmented(
+            questions[start : start + step], solutions[start : start + step], copies, rng
+        )
+
+
+def _metadata(size: int, n: int, group_size: int) -> PuzzleDatasetMetadata:
+    """A split of ``n`` examples, one per puzzle, in groups of ``group_size`` puzzles."""
+    return PuzzleDatasetMetadata(
         seq_len=grid.seq_len(size),
         vocab_size=grid.vocab_size(size),
         pad_id=grid.PAD_TOKEN,
@@ -260,14 +362,74 @@ def _write(split_dir: Path, questions: np.ndarray, solutions: np.ndarray, group_
         total_puzzles=n,
         sets=[SET_NAME],
     )
-    arrays = {
-        "inputs": grid.encode(questions),
-        "labels": grid.encode(solutions),
+
+
+def _arrays(inputs: np.ndarray, labels: np.ndarray, group_size: int) -> dict[str, np.ndarray]:
+    """The five arrays of a run of whole groups: one example per puzzle."""
+    n = inputs.shape[0]
+    return {
+        "inputs": inputs,
+        "labels": labels,
         "puzzle_identifiers": np.zeros(n, dtype=np.int32),
         "puzzle_indices": np.arange(n + 1, dtype=np.int32),
         "group_indices": np.arange(0, n + 1, group_size, dtype=np.int32),
     }
+
+
+def _write(split_dir: Path, questions: np.ndarray, solutions: np.ndarray, group_size: int) -> None:
+    """One split held in memory: one example per puzzle, groups of ``group_size`` puzzles."""
+    metadata = _metadata(questions.shape[1], questions.shape[0], group_size)
+    arrays = _arrays(grid.encode(questions), grid.encode(solutions), group_size)
     write_split(split_dir, metadata, {SET_NAME: arrays})
+
+
+def _write_train(
+    split_dir: Path,
+    questions: np.ndarray,
+    solutions: np.ndarray,
+    copies: int,
+    seed: int,
+    watch: _RowFinder,
+    log: Callable[[str], None],
+) -> int:
+    """Write the augmented train split chunk by chunk; ``watch`` scans every train question.
+
+    Returns the number of examples written.
+    """
+    groups, group_size = questions.shape[0], copies + 1
+    rows = groups * group_size
+    metadata = _metadata(questions.shape[1], rows, group_size)
+    chunked = groups > _chunk_puzzles(copies)
+    last_log = time.monotonic()
+    with SplitWriter(split_dir, metadata, {SET_NAME: SetSize(rows, rows, groups)}) as writer:
+        for chunk_q, chunk_s in _train_chunks(questions, solutions, copies, seed):
+            inputs = grid.encode(chunk_q)
+            watch.scan(inputs)
+            writer.append(SET_NAME, _arrays(inputs, grid.encode(chunk_s), group_size))
+            done = writer.written(SET_NAME).examples
+            now = time.monotonic()
+            if chunked and (now - last_log >= _PROGRESS_SECONDS or done == rows):
+                last_log = now
+                log(f"sudoku: train examples written: {done}/{rows} ({100 * done // rows}%)")
+    return rows
+
+
+def _in_train(
+    questions: np.ndarray,
+    train_q: np.ndarray,
+    train_s: np.ndarray,
+    copies: int,
+    seed: int,
+    log: Callable[[str], None],
+) -> np.ndarray:
+    """Which ``questions`` are train questions: the train split made again, chunk by chunk."""
+    rows = train_q.shape[0] * (copies + 1)
+    if rows > _CHUNK_ROWS:
+        log(f"sudoku: checking {questions.shape[0]} more test puzzles against {rows} train rows")
+    finder = _RowFinder(grid.encode(questions))
+    for chunk_q, _ in _train_chunks(train_q, train_s, copies, seed):
+        finder.scan(grid.encode(chunk_q))
+    return finder.found
 
 
 class SudokuSource:
@@ -297,6 +459,7 @@ class SudokuSource:
         validate_options(o)
         out_dir = Path(out_dir)
         workers = resolve_workers(o.workers)
+        augment_seed = _stream_seed(seed, _AUGMENT_STREAM)
         if o.csv:
             train_q, train_s, test_q, test_s = _read_csv(o, seed, log)
         else:
@@ -313,36 +476,41 @@ class SudokuSource:
                 log,
                 "train puzzles",
             )
+            # The first round of test puzzles, made now so that writing train checks them.
+            log(f"sudoku: generating {o.test_count} test puzzles")
+            test_stream = _stream_seed(seed, _TEST_STREAM)
+            test_q, test_s = _generate(
+                o, o.test_count, test_stream, workers, 0, log, "test puzzles"
+            )
         groups = train_q.shape[0]
-        train_q, train_s = _augmented(
-            train_q, train_s, o.augment, _stream_seed(seed, _AUGMENT_STREAM)
-        )
         if o.augment:
             log(f"sudoku: {groups} train puzzles with {o.augment} augmented copies each")
-        train_keys = _row_keys(grid.encode(train_q))
+        watch = _RowFinder(grid.encode(test_q))
+        train_rows = _write_train(
+            out_dir / "train", train_q, train_s, o.augment, augment_seed, watch, log
+        )
+        in_train = watch.found
         if o.csv:
-            in_train = np.isin(_row_keys(grid.encode(test_q)), train_keys)
             if in_train.any():
                 log(f"sudoku: dropped {int(in_train.sum())} test puzzles that are also in train")
                 test_q, test_s = test_q[~in_train], test_s[~in_train]
             if test_q.shape[0] == 0:
                 raise TrmError(f"every test puzzle of {o.csv} is also in train (data.generate.csv)")
         else:
-            log(f"sudoku: generating {o.test_count} test puzzles")
             test_q, test_s = _generate_distinct(
                 o,
                 o.test_count,
-                _stream_seed(seed, _TEST_STREAM),
+                test_stream,
                 workers,
-                train_keys,
+                lambda q: _in_train(q, train_q, train_s, o.augment, augment_seed, log),
                 log,
                 "test puzzles",
+                first=(test_q, test_s, in_train),
             )
-        _write(out_dir / "train", train_q, train_s, o.augment + 1)
         _write(out_dir / "test", test_q, test_s, 1)
         write_identifiers(out_dir, IDENTIFIERS)
         log(
-            f"sudoku: wrote {train_q.shape[0]} train examples ({groups} groups) and "
+            f"sudoku: wrote {train_rows} train examples ({groups} groups) and "
             f"{test_q.shape[0]} test examples"
         )
 
