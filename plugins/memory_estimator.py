@@ -292,7 +292,9 @@ def _dataset_bytes(
     its prefetched batches — its memory-mapped pages are page cache the OS reclaims."""
     seq, global_batch = dataset.seq_len, spec.train.global_batch_size
     batch = global_batch * (2 * seq * I64 + I64)
-    index = I64 * (3 * dataset.total_puzzles + 2 * dataset.total_groups)
+    # the sampler's arrays of an epoch (a few per group); the split's own index arrays stay
+    # memory-mapped (trm.data.sampler.SplitIndex)
+    index = I64 * 6 * dataset.total_groups
     if spec.data.reader == "memory":
         choice = ReaderChoice("memory", "asked for", 0)
     else:

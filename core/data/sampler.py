@@ -16,11 +16,25 @@ from trm.data.puzzle_dataset import PuzzleSplit
 
 
 class SplitIndex:
-    """The sets of a split seen as one: global example, puzzle and group numbering."""
+    """The sets of a split seen as one: global example, puzzle and group numbering.
+
+    A split of one set (every trm-built dataset) uses that set's index arrays as they are
+    (memory-mapped int32), so the index of a split larger than memory costs no memory; several
+    sets are combined into int64 arrays."""
 
     def __init__(self, split: PuzzleSplit) -> None:
         self.split = split
         self.set_names = list(split.sets)
+        if len(self.set_names) == 1:  # the common case: the set's own (memory-mapped) arrays
+            only = split.sets[self.set_names[0]]
+            self.num_examples = int(only.puzzle_indices[-1])
+            self.num_puzzles = len(only.puzzle_indices) - 1
+            self.puzzle_start = only.puzzle_indices
+            self.group_start = only.group_indices
+            self.puzzle_identifier = only.puzzle_identifiers
+            self.set_example_offset = np.array([0, self.num_examples])
+            self.num_groups = len(self.group_start) - 1
+            return
         puzzle_starts, group_starts, identifiers, set_example_offsets = [], [], [], []
         example_offset = puzzle_offset = 0
         for name in self.set_names:
