@@ -28,3 +28,13 @@ def cli(capsys):
 
 def error_lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if line.startswith("trm: error:")]
+
+
+def assert_one_line_error(result: CliResult, *fragments: str) -> None:
+    """Exit code 2, exactly one ``trm: error:`` line holding every fragment, no traceback."""
+    assert result.code == 2, (result.code, result.err)
+    lines = error_lines(result.err)
+    assert len(lines) == 1, result.err
+    assert "Traceback" not in result.err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]

@@ -14,20 +14,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import error_lines
+from tests.conftest import assert_one_line_error, error_lines
 from tests.tiny_run import build_tiny_data, checkpoint_steps, metrics, summary, write_spec
 from trm.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def assert_one_line_error(result, *fragments: str) -> None:
-    assert result.code == 2, (result.code, result.err)
-    lines = error_lines(result.err)
-    assert len(lines) == 1, result.err
-    assert "Traceback" not in result.err
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")

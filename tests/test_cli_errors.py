@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import error_lines
+from tests.conftest import assert_one_line_error
 
 TINY_SPEC = """
 name = "tiny"
@@ -33,15 +33,6 @@ def _spec(tmp_path: Path, data_dir: Path, extra: str = "") -> Path:
     path = tmp_path / "spec.toml"
     path.write_text(TINY_SPEC.format(data_dir=data_dir) + extra)
     return path
-
-
-def assert_one_line_error(result, *fragments: str) -> None:
-    assert result.code == 2, (result.code, result.err)
-    lines = error_lines(result.err)
-    assert len(lines) == 1, result.err
-    assert "Traceback" not in result.err
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -123,24 +123,23 @@ def shared_data(pm: Any, spec: RunSpec, directory: Path, log: Any) -> str | None
     ``DIR/data`` (so the three tiers' runs do not each build their own)."""
     if spec.data.dir:
         return None
+    _make_dir(directory)
+    return str(ensure_dataset(pm, spec, directory, log or (lambda _m: None)))
+
+
+def _make_dir(directory: Path) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TrmError(
             f"--generate-configs {directory}: cannot create it ({exc.strerror})"
         ) from exc
-    return str(ensure_dataset(pm, spec, directory, log or (lambda _m: None)))
 
 
 def write_configs(
     directory: Path, tiers: list[dict[str, Any]], source: str, data_dir: str | None
 ) -> list[Path]:
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TrmError(
-            f"--generate-configs {directory}: cannot create it ({exc.strerror})"
-        ) from exc
+    _make_dir(directory)
     written = []
     for tier in tiers:
         spec = tier["spec"]

@@ -19,15 +19,24 @@ class OneLineParser(argparse.ArgumentParser):
         raise TrmError(f"{message} (see `{self.prog} --help`)")
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: a whole number of at least 1."""
+def _whole_number(text: str, minimum: int, meaning: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be {meaning}, got {value}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    return _whole_number(text, 1, "at least 1")
+
+
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number of at least 0 (0 usually means "all")."""
+    return _whole_number(text, 0, "0 (all) or more")
 
 
 def add_set_option(parser: argparse.ArgumentParser) -> None:

@@ -15,7 +15,7 @@ import attrs
 import numpy as np
 import torch
 
-from trm.cli.common import positive_int
+from trm.cli.common import non_negative_int, positive_int
 from trm.cli.output import info, print_json
 from trm.data.puzzle_dataset import METADATA_FILE, open_split
 from trm.data.sampler import SplitIndex
@@ -32,17 +32,6 @@ from trm.train.inference import checkpoint_shape, checkpoint_spec, restore_model
 
 # Characters a puzzle written as text may consist of; such an argument is never a folder.
 _PUZZLE_CHARS = set("0123456789.|-+ \t")
-
-
-def non_negative_int(text: str) -> int:
-    """An argparse type: a whole number of at least 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (all) or more, got {value}")
-    return value
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
