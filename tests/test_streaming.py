@@ -179,3 +179,14 @@ def test_the_stream_reader_needs_its_plugin(tiny, tmp_path, cli):
     assert result.code == 2
     (line,) = error_lines(result.err)
     assert "data.reader 'stream': no plugin serves it" in line
+
+
+def test_a_run_resumes_with_another_reader(tiny, tmp_path, cli):
+    """How data are read is not part of the run: switching readers resumes it."""
+    run_dir = tmp_path / "run"
+    assert cli("run", tiny.spec, "--max-steps", "3", "--out", run_dir).code == 0
+    streamed = _streamed(tiny.spec, tmp_path)
+    result = cli("run", streamed, "--max-steps", "5", "--out", run_dir)
+    assert result.code == 0, result.err
+    assert "resumed from step 3" in result.err and "data reader: stream" in result.err
+    assert summary(run_dir)["steps"] == 5

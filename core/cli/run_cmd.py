@@ -76,7 +76,7 @@ def resume_command(args: argparse.Namespace, run_dir: Path) -> str:
         words += ["--set", text]
     if args.max_steps:
         words += ["--max-steps", str(args.max_steps)]
-    # never --resume never/--replace: the command continues the run it stopped
+    # --resume and --replace are left out: the default (auto) continues this run
     if args.checkpoint_every:
         words += ["--checkpoint-every", args.checkpoint_every]
     return shlex.join(words)

@@ -92,8 +92,7 @@ def check_reuse(run_dir: Path, spec: RunSpec, resume: str, replace: bool) -> Exi
         recorded = load_spec(run_dir / "spec.toml")
     except TrmError:
         return existing
-    same = recorded.data == spec.data and recorded.train.seed == spec.train.seed
-    if not same:
+    if _recipe(recorded) != _recipe(spec):
         raise TrmError(
             f"{run_dir} holds {existing.describe()} trained on data built from another "
             "recipe ([data] or train.seed differ); resuming would rebuild its data. Resume "
@@ -101,6 +100,12 @@ def check_reuse(run_dir: Path, spec: RunSpec, resume: str, replace: bool) -> Exi
             "--resume never --replace"
         )
     return existing
+
+
+def _recipe(spec: RunSpec) -> tuple:
+    """What built data depend on (not how they are read: reader, prefetch, eval split)."""
+    data = spec.data
+    return (data.source, data.dir, data.train_split, data.generate, spec.train.seed)
 
 
 def clear_run(run_dir: Path) -> None:
