@@ -11,24 +11,26 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import attrs
 import numpy as np
 import torch
 
 from trm.cli.common import non_negative_int, positive_int
 from trm.cli.output import info, print_json
-from trm.data.puzzle_dataset import METADATA_FILE, open_split
+from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
-from trm.data.shape import read_shape
 from trm.device.transfer import to_device
 from trm.errors import TrmError
 from trm.plan.dataset import find_data_source
-from trm.plan.pipeline import choose_runtime, detect_hardware
+from trm.plan.pipeline import detect_hardware, runtime_here
 from trm.plugin_manager import TrmPluginManager, load_plugins
-from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.train.evaluate import evaluate, predict
-from trm.train.inference import checkpoint_shape, checkpoint_spec, restore_model
+from trm.train.inference import (
+    check_eval_data,
+    checkpoint_shape,
+    checkpoint_spec,
+    restore_model,
+)
 
 # Characters a puzzle written as text may consist of; such an argument is never a folder.
 _PUZZLE_CHARS = set("0123456789.|-+ \t")
@@ -72,39 +74,11 @@ def _load(pm: TrmPluginManager, path: Path) -> dict:
     return payload
 
 
-def _runtime(pm: TrmPluginManager, spec: RunSpec) -> RuntimeChoice:
-    """The checkpoint's runtime, or the best one here when its device is not available.
-
-    A model trained on a GPU must still be scored on a machine without one.
-    """
-    hardware = detect_hardware(pm)
-    try:
-        return choose_runtime(pm, spec, hardware)
-    except TrmError:
-        if spec.runtime.device == "auto" and spec.runtime.precision == "auto":
-            raise
-    first_error: TrmError | None = None
-    for changes in ({"device": "auto"}, {"device": "auto", "precision": "auto"}):
-        candidate = attrs.evolve(spec, runtime=attrs.evolve(spec.runtime, **changes))
-        try:
-            runtime = choose_runtime(pm, candidate, hardware)
-        except TrmError as exc:
-            first_error = first_error or exc
-            continue
-        info(
-            f"the checkpoint was trained with runtime.device={spec.runtime.device!r}, which "
-            f"is not available here; running on {runtime.device} ({runtime.precision})"
-        )
-        return runtime
-    assert first_error is not None
-    raise first_error
-
-
 def _restore(args: argparse.Namespace) -> tuple[TrmPluginManager, dict, Any, RunSpec, Any]:
     """Plugins, checkpoint payload, runtime, spec and the model ready for inference."""
     pm = load_plugins(args.plugins)
     payload = _load(pm, args.checkpoint)
-    runtime = _runtime(pm, checkpoint_spec(payload))
+    runtime = runtime_here(pm, checkpoint_spec(payload), detect_hardware(pm), info)
     spec, model = restore_model(payload, torch.device(runtime.device))
     return pm, payload, runtime, spec, model
 
@@ -138,54 +112,12 @@ def _data_dir(args: argparse.Namespace, payload: dict) -> Path:
     return path
 
 
-def _splits(data_dir: Path) -> list[str]:
-    """Names of the sub-folders of ``data_dir`` that hold a dataset.json."""
-    try:
-        return sorted(p.name for p in data_dir.iterdir() if (p / METADATA_FILE).is_file())
-    except OSError:
-        return []
-
-
-def _check_split(data_dir: Path, split: str, given: bool) -> None:
-    if (data_dir / split / METADATA_FILE).is_file():
-        return
-    found = _splits(data_dir)
-    if not found:
-        raise TrmError(
-            f"{data_dir} holds no dataset splits (no sub-folder with {METADATA_FILE}); "
-            "give a dataset built by `trm data build` with --data DIR"
-        )
-    which = f"--split {split}" if given else f"the checkpoint's eval split {split!r}"
-    raise TrmError(
-        f"{which}: {data_dir} has no split of that name; its splits are "
-        f"{', '.join(found)}; choose one with --split"
-    )
-
-
-def _check_shape(payload: dict, data_dir: Path, split: str) -> None:
-    """TrmError naming the fields when the data is not of the shape the model was built for."""
-    differences = checkpoint_shape(payload).model_differences(read_shape(data_dir, split))
-    if not differences:
-        return
-    listed = "; ".join(
-        f"{name} {mine} in the checkpoint, {theirs} in the data"
-        for name, mine, theirs in differences
-    )
-    where = payload.get("loaded_from") or "the checkpoint"
-    raise TrmError(
-        f"{data_dir / split} does not fit the model of {where} ({listed}); score it on a "
-        "dataset built with the same options as its training data (--data DIR), or train a "
-        "model on this one"
-    )
-
-
 def run_eval(args: argparse.Namespace) -> int:
     _, payload, runtime, spec, model = _restore(args)
     device = torch.device(runtime.device)
     data_dir = _data_dir(args, payload)
     split = args.split if args.split is not None else spec.data.eval_split
-    _check_split(data_dir, split, given=args.split is not None)
-    _check_shape(payload, data_dir, split)
+    check_eval_data(payload, data_dir, split, given=args.split is not None)
     index = SplitIndex(open_split(data_dir / split))
     result = evaluate(
         model,

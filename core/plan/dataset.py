@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -30,10 +29,10 @@ from trm.data.shape import DatasetShape, read_shape
 from trm.data.source import DataSource
 from trm.errors import TrmError
 from trm.paths import cache_dir
+from trm.plan.build import BUILD_RECORD, build_into, check_output_folder
 from trm.plugin_manager import TrmPluginManager
 from trm.spec import CONVERTER, RunSpec, structure_strict
 
-BUILD_RECORD = "build.json"
 Log = Callable[[str], None]
 
 
@@ -108,20 +107,8 @@ def ensure_dataset(pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log)
         return data_dir.resolve()
     log(f"building {source.name} data into {data_dir} …")
     options = build_options(source, spec.data.generate, "data.generate")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".data.building-", dir=run_dir))
-    staging.chmod(0o755)  # mkdtemp makes it private; a dataset is an ordinary folder
-    try:
-        source.build(options, staging, spec.train.seed, log)
-        (staging / BUILD_RECORD).write_text(json.dumps(recipe, indent=2), encoding="utf-8")
-        old = run_dir / f".data.old-{staging.name.rsplit('-', 1)[-1]}"
-        if data_dir.exists():
-            data_dir.rename(old)
-        staging.rename(data_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
+    out = check_output_folder(str(data_dir), force=True)
+    build_into(source, options, spec.train.seed, out, str(data_dir), True, log, record=recipe)
     return data_dir.resolve()
 
 

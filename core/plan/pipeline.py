@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import attrs
 from attrs import frozen
 
 from trm.data.reader import ReaderChoice, choose_reader
@@ -61,6 +62,34 @@ def choose_runtime(pm: TrmPluginManager, spec: RunSpec, hardware: HardwareProfil
             "use runtime.device='auto' or enable the backend plugin (trm plugins lists them)"
         )
     return choice
+
+
+def runtime_here(
+    pm: TrmPluginManager, spec: RunSpec, hardware: HardwareProfile, log: Log
+) -> RuntimeChoice:
+    """``spec``'s runtime, or the best one here when its device or precision is not
+    available (a model trained on a GPU must still be scored on a machine without one);
+    ``log`` says when it falls back. TrmError when no backend can run it at all."""
+    try:
+        return choose_runtime(pm, spec, hardware)
+    except TrmError:
+        if spec.runtime.device == "auto" and spec.runtime.precision == "auto":
+            raise
+    first_error: TrmError | None = None
+    for changes in ({"device": "auto"}, {"device": "auto", "precision": "auto"}):
+        candidate = attrs.evolve(spec, runtime=attrs.evolve(spec.runtime, **changes))
+        try:
+            runtime = choose_runtime(pm, candidate, hardware)
+        except TrmError as exc:
+            first_error = first_error or exc
+            continue
+        log(
+            f"the checkpoint was trained with runtime.device={spec.runtime.device!r}, which "
+            f"is not available here; running on {runtime.device} ({runtime.precision})"
+        )
+        return runtime
+    assert first_error is not None
+    raise first_error
 
 
 def estimate_memory(

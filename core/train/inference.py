@@ -6,11 +6,13 @@ missing or damaged EMA shadows) becomes one TrmError naming the checkpoint and t
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from trm.data.shape import DatasetShape
+from trm.data.puzzle_dataset import METADATA_FILE
+from trm.data.shape import DatasetShape, read_shape
 from trm.errors import TrmError
 from trm.model import EMA, build_model
 from trm.spec import RunSpec, spec_from_dict
@@ -125,3 +127,52 @@ def restore_model(payload: dict[str, Any], device: torch.device) -> tuple[RunSpe
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:
             raise _refuse(payload, [f"EMA shadows: {exc}"]) from None
     return spec, model.to(device).eval()
+
+
+def check_eval_data(payload: dict[str, Any], data_dir: Path, split: str, given: bool) -> None:
+    """TrmError unless ``data_dir/split`` is a split the checkpoint's model can score:
+    it exists (else the splits found are listed; ``given``: the user named the split) and
+    has the shape the model was built for (else the differing fields are named)."""
+    _check_split(data_dir, split, given)
+    _check_shape(payload, data_dir, split)
+
+
+def _splits(data_dir: Path) -> list[str]:
+    """Names of the sub-folders of ``data_dir`` that hold a dataset.json."""
+    try:
+        return sorted(p.name for p in data_dir.iterdir() if (p / METADATA_FILE).is_file())
+    except OSError:
+        return []
+
+
+def _check_split(data_dir: Path, split: str, given: bool) -> None:
+    if (data_dir / split / METADATA_FILE).is_file():
+        return
+    found = _splits(data_dir)
+    if not found:
+        raise TrmError(
+            f"{data_dir} holds no dataset splits (no sub-folder with {METADATA_FILE}); "
+            "give a dataset built by `trm data build` with --data DIR"
+        )
+    which = f"--split {split}" if given else f"the checkpoint's eval split {split!r}"
+    raise TrmError(
+        f"{which}: {data_dir} has no split of that name; its splits are "
+        f"{', '.join(found)}; choose one with --split"
+    )
+
+
+def _check_shape(payload: dict, data_dir: Path, split: str) -> None:
+    """TrmError naming the fields when the data is not of the shape the model was built for."""
+    differences = checkpoint_shape(payload).model_differences(read_shape(data_dir, split))
+    if not differences:
+        return
+    listed = "; ".join(
+        f"{name} {mine} in the checkpoint, {theirs} in the data"
+        for name, mine, theirs in differences
+    )
+    where = payload.get("loaded_from") or "the checkpoint"
+    raise TrmError(
+        f"{data_dir / split} does not fit the model of {where} ({listed}); score it on a "
+        "dataset built with the same options as its training data (--data DIR), or train a "
+        "model on this one"
+    )
