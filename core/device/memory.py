@@ -1,4 +1,5 @@
-"""Device memory: freeing caches, the step's peak, pressure, and a device's budget.
+"""Device memory: freeing caches, the step's peak, pressure, a device's budget, and which
+devices a machine has.
 
 The core owns the device's peak-memory counter: the loop calls :func:`begin_step` before
 every optimizer step (which resets CUDA's peak statistics) and :func:`step_peak_mb` after it,
@@ -52,6 +53,22 @@ def used_fraction(device: torch.device) -> float | None:
         limit = torch.mps.recommended_max_memory()
         return torch.mps.driver_allocated_memory() / limit if limit else None
     return None
+
+
+def machine_devices(hardware: HardwareProfile) -> list[str]:
+    """Every device of this machine: the CPU, each CUDA GPU, the Apple GPU."""
+    devices = ["cpu"]
+    devices += [f"cuda:{g.index}" for g in hardware.gpus or ()]
+    if not hardware.gpus and hardware.cuda_devices:
+        devices += [f"cuda:{i}" for i in range(len(hardware.cuda_devices))]
+    if hardware.mps_available:
+        devices.append("mps")
+    return devices
+
+
+def shares_host_memory(hardware: HardwareProfile, device: str) -> bool:
+    """Whether ``device``'s memory is the host's (an Apple GPU on unified memory)."""
+    return bool(hardware.unified_memory) and device == "mps"
 
 
 def budget_bytes(hardware: HardwareProfile, device: str) -> int | None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import attrs
 
+from trm.device.memory import machine_devices
 from trm.device.transfer import synchronize
 from trm.hardware import DeviceSpeed, HardwareProfile
 from trm.measure.peak import measure_gemm_peak
@@ -117,23 +118,12 @@ def measure_disk_write(directory: Path) -> float:
     return _DISK_BYTES / elapsed / 1e6
 
 
-def benchmark_devices(hardware: HardwareProfile) -> list[str]:
-    """The devices to measure: the CPU, every CUDA GPU, the Apple GPU."""
-    devices = ["cpu"]
-    devices += [f"cuda:{g.index}" for g in hardware.gpus or ()]
-    if not hardware.gpus and hardware.cuda_devices:
-        devices += [f"cuda:{i}" for i in range(len(hardware.cuda_devices))]
-    if hardware.mps_available:
-        devices.append("mps")
-    return devices
-
-
 def run_benchmark(
     hardware: HardwareProfile, run_root: Path, duration_s: float = 0.6
 ) -> tuple[tuple[DeviceSpeed, ...], float | None, Path]:
     """Measure every device and the disk, cache the results; ``(speeds, disk MB/s, cache)``."""
     speeds: list[DeviceSpeed] = []
-    for device in benchmark_devices(hardware):
+    for device in machine_devices(hardware):
         fp32 = measure_gemm_peak(device, "fp32", duration_s).gflops
         bf16 = measure_gemm_peak(device, "bf16", duration_s).gflops
         speeds.append(

@@ -15,7 +15,7 @@ from attrs import frozen
 
 from trm.data.reader import ReaderChoice, choose_reader
 from trm.data.shape import DatasetShape
-from trm.device.memory import budget_bytes
+from trm.device.memory import budget_bytes, shares_host_memory
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile, merge_profiles
 from trm.memory import MODES, MemoryEstimate, collect_estimate
@@ -116,7 +116,7 @@ def estimate_memory(
             parts,
             host_budget_bytes=hardware.memory_budget_bytes,
             device_budget_bytes=budget_bytes(hardware, chosen.device),
-            unified_memory=bool(hardware.unified_memory) and chosen.device == "mps",
+            unified_memory=shares_host_memory(hardware, chosen.device),
             remake=make,
         )
 
