@@ -102,3 +102,26 @@ def test_a_specific_plugins_hardware_facts_override_the_generic_system_plugin():
     assert generic.cpu_model != "Vendor X-1"
     assert merged.cpu_model == "Vendor X-1" and merged.unified_memory is True
     assert merged.memory_total_bytes == generic.memory_total_bytes  # only system knows it
+
+
+def test_a_sources_task_metrics_reach_eval_rows_and_trm_eval(data, tmp_path, cli, monkeypatch):
+    """A data source's optional ``task_metrics`` is averaged over the evaluated examples and
+    reported beside exact and cell accuracy (the maze's path rates use this)."""
+    import json
+
+    import numpy as np
+
+    from trm.plugins.sudoku.source import SudokuSource
+
+    def task_metrics(self, inputs, labels, predictions):
+        return {"first_cell_rate": (predictions[:, 0] == labels[:, 0]).astype(np.float64)}
+
+    monkeypatch.setattr(SudokuSource, "task_metrics", task_metrics, raising=False)
+    run_dir = tmp_path / "run"
+    assert cli("run", write_spec(tmp_path, data, max_steps=5), "--out", run_dir).code == 0
+    evals = [r for r in metrics(run_dir) if r.get("kind") == "eval"]
+    assert evals and all(0.0 <= r["first_cell_rate"] <= 1.0 for r in evals)
+    result = cli("eval", run_dir, "--json")
+    assert result.code == 0, result.err
+    assert 0.0 <= json.loads(result.out)["first_cell_rate"] <= 1.0
+    assert "first cell rate" in cli("eval", run_dir).out

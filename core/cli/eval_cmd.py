@@ -113,7 +113,7 @@ def _data_dir(args: argparse.Namespace, payload: dict) -> Path:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    _, payload, runtime, spec, model = _restore(args)
+    pm, payload, runtime, spec, model = _restore(args)
     device = torch.device(runtime.device)
     data_dir = _data_dir(args, payload)
     split = args.split if args.split is not None else spec.data.eval_split
@@ -127,6 +127,7 @@ def run_eval(args: argparse.Namespace) -> int:
         device,
         runtime.autocast_dtype,
         args.max_examples,
+        getattr(_source(pm, spec), "task_metrics", None),
     )
     result = {
         "checkpoint": str(args.checkpoint),
@@ -141,8 +142,20 @@ def run_eval(args: argparse.Namespace) -> int:
             f"{result['examples']} examples of {result['split']} at step {result['step']}: "
             f"exact accuracy {result['exact_accuracy']:.2%}, "
             f"cell accuracy {result['cell_accuracy']:.2%}"
+            + "".join(f", {_metric_name(k)} {v:.2%}" for k, v in _task_values(result).items())
         )
     return 0
+
+
+def _task_values(result: dict[str, Any]) -> dict[str, float]:
+    """The task metrics of an evaluation (the keys beyond exact and cell accuracy)."""
+    common = ("checkpoint", "step", "split", "examples", "exact_accuracy", "cell_accuracy")
+    return {k: v for k, v in result.items() if k not in common}
+
+
+def _metric_name(key: str) -> str:
+    """``valid_path_rate`` → ``valid path rate``."""
+    return key.replace("_", " ")
 
 
 def _puzzle_text(argument: str) -> tuple[str, Path | None]:
@@ -234,6 +247,11 @@ def run_solve(args: argparse.Namespace) -> int:
     )
     valid = bool(source.check_answer(question, answer))
     solvable = _solvable(source, question)
+    task_metrics = getattr(source, "task_metrics", None)
+    verdicts: dict[str, bool] = {}
+    if callable(task_metrics):
+        rows = task_metrics(question[None, :], question[None, :], answer[None, :])
+        verdicts = {k.removesuffix("_rate"): bool(v[0] >= 1) for k, v in rows.items()}
     no_solution = (
         f"the puzzle has no solution (checked by the {source.name} solver); "
         "the model's answer cannot be valid"
@@ -245,6 +263,7 @@ def run_solve(args: argparse.Namespace) -> int:
                 "answer": answer.tolist(),
                 "valid": valid,
                 "solvable": solvable,
+                **verdicts,
                 "question_text": source.format_grid(question),
                 "answer_text": source.format_grid(answer),
             }
@@ -255,6 +274,8 @@ def run_solve(args: argparse.Namespace) -> int:
         print("model's answer:")
         print(source.format_grid(answer))
         print("valid solution: " + ("yes" if valid else "no"))
+        for name, verdict in verdicts.items():
+            print(f"{_metric_name(name)}: {'yes' if verdict else 'no'}")
         if solvable is False:
             print(no_solution)
     info(f"solved with {spec.name} at step {payload.get('step')}")

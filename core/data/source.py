@@ -31,6 +31,18 @@ class DataSource(Protocol):
         solution, False when the source's own solver proves it has none. ``trm solve`` uses it
         to say that no answer of the model can be valid (``"solvable"`` in its JSON: true,
         false, or null when the source has no such method).
+
+    ``validate_options(options) -> None``
+        Raise TrmError for impossible options before anything is built (``trm data build``
+        calls it before touching ``--out``).
+
+    ``task_metrics(inputs, labels, predictions) -> dict[str, np.ndarray]``
+        The task's own scores of a batch (int token arrays ``[B, seq_len]``; ``labels`` has
+        -100 where a cell is not scored; ``predictions`` are the model's tokens for every
+        cell): per-row values in [0, 1] by name, e.g. a maze's ``valid_path_rate``. The core
+        averages each over the evaluated examples and reports it beside exact and cell
+        accuracy — in eval rows of metrics.jsonl, ``on_eval`` and ``trm eval`` — and
+        ``trm solve`` prints the one row's verdicts.
     """
 
     name: str

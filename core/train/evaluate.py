@@ -9,6 +9,8 @@ out of memory, the best result tracked, the row written, ``on_eval`` called.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -22,6 +24,7 @@ from trm.state import TrainState
 from trm.train.metrics_log import Journal
 
 IGNORE_LABEL = -100
+TaskMetrics = Callable[[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]
 
 
 @torch.no_grad()
@@ -61,31 +64,44 @@ def evaluate(
     device: torch.device,
     dtype: torch.dtype | None,
     max_examples: int = 0,
+    task_metrics: TaskMetrics | None = None,
 ) -> dict[str, float]:
-    """Exact and cell accuracy over the first ``max_examples`` examples (0 = all) of a split.
+    """Exact and cell accuracy over the first ``max_examples`` examples (0 = all) of a split,
+    and the task's own metrics when its data source has them.
 
-    Puts the model in eval mode for the call and restores its previous mode.
+    ``task_metrics(inputs, labels, predictions)`` (a DataSource's optional method) gets a
+    batch's token rows as NumPy arrays and returns per-row values in [0, 1] by name (a maze's
+    ``valid_path_rate``); each is averaged over the examples. Puts the model in eval mode for
+    the call and restores its previous mode.
     """
     total = index.num_examples if max_examples <= 0 else min(max_examples, index.num_examples)
     was_training = model.training
     model.eval()
     n_scored = n_exact = 0
     cell_sum = 0.0
+    task_sums: dict[str, float] = {}
     try:
         for start in range(0, total, batch_size):
             examples = np.arange(start, min(total, start + batch_size))
-            batch = to_device(index.gather(examples), device)
+            rows = index.gather(examples)
+            batch = to_device(rows, device)
             preds = predict(model, batch, halt_max_steps, device, dtype)
             scored, exact, cells = score(preds, batch["labels"])
             n_scored += scored
             n_exact += exact
             cell_sum += cells
+            if task_metrics is not None:
+                values = task_metrics(rows["inputs"], rows["labels"], preds.cpu().numpy())
+                for name, per_row in values.items():
+                    task_sums[name] = task_sums.get(name, 0.0) + float(np.sum(per_row))
     finally:
         model.train(was_training)
+    examples_done = max(total, 1)
     return {
         "examples": n_scored,
         "exact_accuracy": n_exact / max(n_scored, 1),
         "cell_accuracy": cell_sum / max(n_scored, 1),
+        **{name: value / examples_done for name, value in task_sums.items()},
     }
 
 
@@ -97,6 +113,7 @@ def evaluate_in_run(
     pm: TrmPluginManager,
     control: TrainControl,
     journal: Journal,
+    task_metrics: TaskMetrics | None = None,
 ) -> list[str]:
     """Evaluate the run's model now; returns ``["best"]`` on a new best, else ``[]``.
 
@@ -109,9 +126,11 @@ def evaluate_in_run(
             args = (index, spec.arch.halt_max_steps, batch_size, device, dtype)
             if state.ema is not None:
                 with state.ema.swap_in(state.model):
-                    result = evaluate(state.model, *args, spec.train.eval_max_examples)
+                    result = evaluate(
+                        state.model, *args, spec.train.eval_max_examples, task_metrics
+                    )
             else:
-                result = evaluate(state.model, *args, spec.train.eval_max_examples)
+                result = evaluate(state.model, *args, spec.train.eval_max_examples, task_metrics)
             break
         except Exception as exc:
             if not is_out_of_memory(exc) or batch_size == 1:

@@ -198,6 +198,7 @@ class Trainer:
                 self.pm,
                 control,
                 self.journal,
+                data.task_metrics,
             )
         requests.apply_micro_batch_request(state, control, self.journal)
         at_end = state.step >= self.stop_step

@@ -16,10 +16,12 @@ from trm.device.compile import compile_for_runtime
 from trm.device.transfer import to_device
 from trm.errors import TrmError
 from trm.model import EMA, build_model, build_optimizers
+from trm.plan.dataset import find_data_source
 from trm.plugin_manager import TrmPluginManager
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.state import TrainState
+from trm.train.evaluate import TaskMetrics
 
 
 @frozen
@@ -30,6 +32,7 @@ class RunData:
     sampler: TrainSampler
     evaluation: SplitIndex | None
     shape: DatasetShape
+    task_metrics: TaskMetrics | None = None
 
 
 def open_reader(
@@ -73,7 +76,8 @@ def open_data(
         total_groups=int(train.num_groups),
     )
     sampler = TrainSampler(train, spec.train.global_batch_size, spec.train.seed)
-    return RunData(reader, sampler, evaluation, shape)
+    task_metrics = getattr(find_data_source(pm, spec.data.source), "task_metrics", None)
+    return RunData(reader, sampler, evaluation, shape, task_metrics)
 
 
 def new_state(
