@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from collections import deque
 from pathlib import Path
 
@@ -591,3 +592,80 @@ def test_dataset_shape_promise_matches_the_built_data(tmp_path) -> None:
     assert (promised.total_puzzles, promised.seq_len, promised.vocab_size) == (72, 100, 6)
     hard = SOURCE.dataset_shape(MazeBuildOptions(), 0)
     assert (hard.seq_len, hard.total_puzzles, hard.total_groups) == (900, 1000, 1000)
+
+
+LEARN_SPEC = """
+name = "maze-learn-test"
+[arch]
+hidden_size = 64
+num_heads = 4
+L_layers = 2
+H_cycles = 2
+L_cycles = 4
+pos_encodings = "none"
+mlp_t = true
+puzzle_emb_ndim = 0
+puzzle_emb_len = 1
+halt_max_steps = 4
+[train]
+global_batch_size = 128
+max_steps = 600
+lr = 1e-3
+lr_warmup_steps = 100
+lr_min_ratio = 0.1
+ema = true
+ema_rate = 0.99
+eval_max_examples = 300
+[data]
+source = "maze"
+[data.generate]
+preset = ""
+size = 6
+min_walls = 4
+max_walls = 9
+min_path = 4
+count = 4000
+test_count = 300
+"""
+
+
+def test_a_small_trm_learns_to_find_paths_in_small_mazes(tmp_path):
+    """specs/maze-small.toml's shape, trained briefly: held-out valid paths far above an
+    untrained model's (measured on the 2-core Xeon: 51% valid at step 600, 75% at 1,200)."""
+    import torch
+
+    from trm.cli.main import main
+    from trm.data.puzzle_dataset import open_split
+    from trm.data.sampler import SplitIndex
+    from trm.data.shape import read_shape
+    from trm.model import build_model
+    from trm.plugins.maze.source import MazeSource
+    from trm.spec import load_spec
+    from trm.train.evaluate import evaluate
+
+    spec_path = tmp_path / "maze.toml"
+    spec_path.write_text(LEARN_SPEC)
+    run_dir = tmp_path / "run"
+    assert main(["run", str(spec_path), "--out", str(run_dir)]) == 0
+    trained = [
+        json.loads(line)
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+        if '"kind": "eval"' in line
+    ][-1]
+    spec = load_spec(run_dir / "spec.toml")
+    torch.manual_seed(spec.train.seed)
+    model = build_model(spec.arch, read_shape(run_dir / "data", "test"))
+    index = SplitIndex(open_split(run_dir / "data" / "test"))
+    untrained = evaluate(
+        model,
+        index,
+        spec.arch.halt_max_steps,
+        128,
+        torch.device("cpu"),
+        None,
+        300,
+        MazeSource().task_metrics,
+    )
+    assert untrained["valid_path_rate"] <= 0.05
+    assert trained["valid_path_rate"] >= 0.3, trained
+    assert trained["optimal_path_rate"] >= 0.25, trained
