@@ -31,7 +31,7 @@ def _format_duration(seconds: float) -> str:
 
 
 def _data_wait(state: TrainState, metrics: dict[str, Any]) -> str:
-    """"  data wait N%" when the step waited more than DATA_WAIT_SHOWN for its batch."""
+    """ "  data wait N%" when the step waited more than DATA_WAIT_SHOWN for its batch."""
     wait_s, rate = metrics.get("data_wait_s"), metrics.get("samples_per_s")
     if not wait_s or not rate:
         return ""

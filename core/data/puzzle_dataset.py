@@ -640,3 +640,19 @@ def _sample_rows(tokens: np.ndarray) -> list[tuple[int, np.ndarray]]:
     chunk_rows = max(1, _RANGE_CHECK_BYTES // _RANGE_CHECK_CHUNKS // row_bytes)
     starts = np.linspace(0, rows - chunk_rows, _RANGE_CHECK_CHUNKS).astype(np.int64)
     return [(int(a), tokens[int(a) : int(a) + chunk_rows]) for a in np.unique(starts)]
+
+
+def single_example_arrays(
+    inputs: np.ndarray, labels: np.ndarray, group_size: int
+) -> dict[str, np.ndarray]:
+    """The five arrays of a run of whole groups with one example per puzzle and puzzle
+    identifier 0 (a task without per-puzzle embeddings: Sudoku, mazes), ``group_size``
+    consecutive puzzles a group."""
+    n = inputs.shape[0]
+    return {
+        "inputs": inputs,
+        "labels": labels,
+        "puzzle_identifiers": np.zeros(n, dtype=np.int32),
+        "puzzle_indices": np.arange(n + 1, dtype=np.int32),
+        "group_indices": np.arange(0, n + 1, group_size, dtype=np.int32),
+    }

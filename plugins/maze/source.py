@@ -46,6 +46,7 @@ from trm.data.puzzle_dataset import (
     PuzzleDatasetMetadata,
     SetSize,
     SplitWriter,
+    single_example_arrays,
     write_identifiers,
 )
 from trm.data.shape import DatasetShape
@@ -344,18 +345,6 @@ def _metadata(size: int, n: int, group_size: int) -> PuzzleDatasetMetadata:
     )
 
 
-def _arrays(inputs: np.ndarray, labels: np.ndarray, group_size: int) -> dict[str, np.ndarray]:
-    """The five arrays of a run of whole groups: one example per puzzle."""
-    n = inputs.shape[0]
-    return {
-        "inputs": inputs,
-        "labels": labels,
-        "puzzle_identifiers": np.zeros(n, dtype=np.int32),
-        "puzzle_indices": np.arange(n + 1, dtype=np.int32),
-        "group_indices": np.arange(0, n + 1, group_size, dtype=np.int32),
-    }
-
-
 def _write_split(
     split_dir: Path,
     questions: np.ndarray,
@@ -374,7 +363,7 @@ def _write_split(
     last_log = time.monotonic()
     with SplitWriter(split_dir, metadata, sizes) as writer:
         for chunk_q, chunk_a in _train_chunks(questions, labels, size, augment, relabel):
-            writer.append(SET_NAME, _arrays(chunk_q, chunk_a, group_size))
+            writer.append(SET_NAME, single_example_arrays(chunk_q, chunk_a, group_size))
             done = writer.written(SET_NAME).examples
             now = time.monotonic()
             if chunked and (now - last_log >= _PROGRESS_SECONDS or done == rows):

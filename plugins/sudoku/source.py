@@ -23,6 +23,7 @@ from trm.data.puzzle_dataset import (
     PuzzleDatasetMetadata,
     SetSize,
     SplitWriter,
+    single_example_arrays,
     write_identifiers,
     write_split,
 )
@@ -364,22 +365,10 @@ def _metadata(size: int, n: int, group_size: int) -> PuzzleDatasetMetadata:
     )
 
 
-def _arrays(inputs: np.ndarray, labels: np.ndarray, group_size: int) -> dict[str, np.ndarray]:
-    """The five arrays of a run of whole groups: one example per puzzle."""
-    n = inputs.shape[0]
-    return {
-        "inputs": inputs,
-        "labels": labels,
-        "puzzle_identifiers": np.zeros(n, dtype=np.int32),
-        "puzzle_indices": np.arange(n + 1, dtype=np.int32),
-        "group_indices": np.arange(0, n + 1, group_size, dtype=np.int32),
-    }
-
-
 def _write(split_dir: Path, questions: np.ndarray, solutions: np.ndarray, group_size: int) -> None:
     """One split held in memory: one example per puzzle, groups of ``group_size`` puzzles."""
     metadata = _metadata(questions.shape[1], questions.shape[0], group_size)
-    arrays = _arrays(grid.encode(questions), grid.encode(solutions), group_size)
+    arrays = single_example_arrays(grid.encode(questions), grid.encode(solutions), group_size)
     write_split(split_dir, metadata, {SET_NAME: arrays})
 
 
@@ -405,7 +394,7 @@ def _write_train(
         for chunk_q, chunk_s in _train_chunks(questions, solutions, copies, seed):
             inputs = grid.encode(chunk_q)
             watch.scan(inputs)
-            writer.append(SET_NAME, _arrays(inputs, grid.encode(chunk_s), group_size))
+            writer.append(SET_NAME, single_example_arrays(inputs, grid.encode(chunk_s), group_size))
             done = writer.written(SET_NAME).examples
             now = time.monotonic()
             if chunked and (now - last_log >= _PROGRESS_SECONDS or done == rows):
