@@ -28,6 +28,7 @@ identifiers.json carry): 0 identity, 1 ``np.rot90`` once (90° counter-clockwise
 from __future__ import annotations
 
 import hashlib
+import math
 
 import numpy as np
 
@@ -61,6 +62,31 @@ def dihedral(grid: np.ndarray, k: int) -> np.ndarray:
     else:
         raise ValueError(f"dihedral id {k!r} is not in 0..7")
     return np.ascontiguousarray(out)
+
+
+def dihedral_batch(grids: np.ndarray, k: int) -> np.ndarray:
+    """:func:`dihedral` applied to each grid of a ``[n, h, w]`` stack (a contiguous result)."""
+    axes = (1, 2)
+    if k == 0:
+        out = grids
+    elif k in (1, 2, 3):
+        out = np.rot90(grids, k, axes=axes)
+    elif k == 4:
+        out = grids[:, :, ::-1]
+    elif k == 5:
+        out = grids[:, ::-1, :]
+    elif k == 6:
+        out = grids.transpose(0, 2, 1)
+    elif k == 7:
+        out = np.rot90(grids, 1, axes=axes)[:, :, ::-1]
+    else:
+        raise ValueError(f"dihedral id {k!r} is not in 0..7")
+    return np.ascontiguousarray(out)
+
+
+def transposes(k: int) -> bool:
+    """Whether dihedral ``k`` swaps height and width (the odd rotations and the transposes)."""
+    return k in (1, 3, 6, 7)
 
 
 def inverse_dihedral(grid: np.ndarray, k: int) -> np.ndarray:
@@ -115,42 +141,54 @@ def parse_name(name: str) -> tuple[str, int, np.ndarray]:
     return task_id, int(transform[1]), colour_map
 
 
-def encode(grid: np.ndarray, top: int = 0, left: int = 0) -> np.ndarray:
-    """The 900 tokens of ``grid`` placed at ``(top, left)`` of a 30x30 PAD canvas, with EOS.
+def side_of(seq_len: int) -> int:
+    """The canvas side of a ``seq_len``-token row (900 -> 30); ValueError unless a square."""
+    side = math.isqrt(max(0, int(seq_len)))
+    if side < 1 or side * side != seq_len or side > MAX_SIDE:
+        raise ValueError(f"{seq_len} tokens are not a square canvas of side 1..30")
+    return side
+
+
+def encode(grid: np.ndarray, top: int = 0, left: int = 0, side: int = MAX_SIDE) -> np.ndarray:
+    """The ``side * side`` tokens of ``grid`` placed at ``(top, left)`` of a PAD canvas, with EOS.
 
     Colours become ``colour + 2``. EOS fills row ``top + h`` over columns ``left .. left+w-1``
     and column ``left + w`` over rows ``top .. top+h-1`` when that row / column is inside the
-    canvas (the reference's extent: the diagonal corner stays PAD). ValueError when the grid
-    does not fit at that offset.
+    canvas (the reference's extent: the diagonal corner stays PAD). ``side`` is 30 (900 tokens)
+    in the reference's encoding; a smaller canvas serves small-grid builds. ValueError when
+    the grid does not fit at that offset.
     """
     grid = np.asarray(grid)
     if grid.ndim != 2:
         raise ValueError(f"a grid is 2-D; got shape {grid.shape}")
     h, w = grid.shape
-    if h < 1 or w < 1 or top < 0 or left < 0 or top + h > MAX_SIDE or left + w > MAX_SIDE:
-        raise ValueError(f"a {h}x{w} grid does not fit at ({top}, {left}) in 30x30")
-    canvas = np.zeros((MAX_SIDE, MAX_SIDE), dtype=np.uint8)
+    if h < 1 or w < 1 or top < 0 or left < 0 or top + h > side or left + w > side:
+        raise ValueError(f"a {h}x{w} grid does not fit at ({top}, {left}) in {side}x{side}")
+    canvas = np.zeros((side, side), dtype=np.uint8)
     canvas[top : top + h, left : left + w] = grid.astype(np.uint8) + COLOUR_OFFSET
-    if top + h < MAX_SIDE:
+    if top + h < side:
         canvas[top + h, left : left + w] = EOS
-    if left + w < MAX_SIDE:
+    if left + w < side:
         canvas[top : top + h, left + w] = EOS
-    return canvas.reshape(SEQ_LEN)
+    return canvas.reshape(side * side)
 
 
 def decode(tokens: np.ndarray) -> np.ndarray | None:
-    """The grid a 900-token sequence holds at its top-left, or None when it holds none.
+    """The grid a token row holds at its top-left, or None when it holds none.
 
-    The reference evaluator's crop: going down the rows of the 30x30 view, the usable width is
-    the run of colour tokens (2..11) from column 0, never wider than the rows above; the answer
-    is the largest-area rectangle ``rows x width`` (the first when areas tie), shifted back to
-    colours 0-9. None when the top-left token is not a colour.
+    The reference evaluator's crop on the square view of the row (30x30 for 900 tokens): going
+    down the rows, the usable width is the run of colour tokens (2..11) from column 0, never
+    wider than the rows above; the answer is the largest-area rectangle ``rows x width`` (the
+    first when areas tie), shifted back to colours 0-9. None when the top-left token is not a
+    colour. ValueError when the row's length is not a square of side 1..30.
     """
-    view = np.asarray(tokens).reshape(MAX_SIDE, MAX_SIDE)
+    flat = np.asarray(tokens).reshape(-1)
+    side = side_of(flat.shape[0])
+    view = flat.reshape(side, side)
     is_colour = (view >= COLOUR_OFFSET) & (view < COLOUR_OFFSET + 10)
     best_area, best_rows, best_cols = 0, 0, 0
-    width = MAX_SIDE
-    for r in range(MAX_SIDE):
+    width = side
+    for r in range(side):
         row = is_colour[r, :width]
         if not row.all():
             width = int(np.argmin(row))
