@@ -531,5 +531,68 @@ def test_the_arc_source_is_on_by_default():
     assert isinstance(data_sources(pm)["arc"], DataSource)
 
 
+# --- the memory estimate of an ARC run: the puzzle table --------------------------------------
+
+
+def _arc_estimate(budget_bytes: int):
+    """An estimate for specs/arc-agi-1.toml on the full build's shape, remade per spec."""
+    from trm.data.shape import DatasetShape
+    from trm.hardware import HardwareProfile
+    from trm.memory import collect_estimate
+    from trm.plugins import memory_estimator
+    from trm.runtime import RuntimeChoice
+
+    shape = DatasetShape(seq_len=900, vocab_size=12, num_puzzle_identifiers=876_406)
+
+    def make(spec):
+        items = memory_estimator.estimate_items(
+            spec, HardwareProfile(), RuntimeChoice("cpu", "fp32", 1, False), shape, 0
+        )
+        return collect_estimate([items], host_budget_bytes=budget_bytes, remake=make)
+
+    return make
+
+
+def _paper_spec():
+    import attrs
+
+    from trm.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[1] / "specs" / "arc-agi-1.toml")
+    return attrs.evolve(spec, runtime=attrs.evolve(spec.runtime, precision="fp32", threads=1))
+
+
+def test_the_estimate_counts_the_puzzle_table_its_sign_sgd_buffers_and_ema_shadow():
+    spec = _paper_spec()
+    estimate = _arc_estimate(64 * 2**30)(spec)
+    by_name = {item.name: item.bytes for item in estimate.items}
+    table = 876_406 * 512 * 4  # float32 rows, one per identifier: 1.7 GiB
+    assert by_name["puzzle embedding table"] == table
+    assert by_name["sparse optimizer buffers"] == 2 * 4 * 768 * 512  # rows and their gradients
+    assert by_name["EMA copy"] > table  # the shadow includes the table
+    assert by_name["weights"] < table // 50  # the table is not counted as weights
+
+
+def test_tiers_never_shrink_the_puzzle_table_and_say_when_it_does_not_fit():
+    from trm.hardware import HardwareProfile
+    from trm.plugins import tiers
+
+    spec = _paper_spec()
+    # 3 GiB: the table and its EMA shadow alone (3.4 GiB) do not fit; shrinking cannot help
+    tight = _arc_estimate(3 * 2**30)
+    adapted, changes = tiers.adapt(spec, HardwareProfile(), tight(spec), "balanced")
+    assert adapted.arch == spec.arch  # neither the network nor the table shrunk for nothing
+    (change,) = [c for c in changes if c.key == "runtime.micro_batch_size"]
+    assert "puzzle embedding table" in change.reason and "expect out of memory" in change.reason
+    # 6 GiB: the table fits but a micro-batch of one at hidden 512 does not: the network
+    # shrinks, said so, and the table keeps its width and rows
+    roomier = _arc_estimate(6 * 2**30)
+    adapted, changes = tiers.adapt(spec, HardwareProfile(), roomier(spec), "balanced")
+    shrunk = [c for c in changes if c.key.startswith("arch.")]
+    assert shrunk and all(tiers.SHRUNK in c.reason for c in shrunk)
+    assert adapted.arch.puzzle_emb_ndim == spec.arch.puzzle_emb_ndim
+    assert not any("puzzle_emb" in c.key for c in changes)
+
+
 def _quiet(_message: str) -> None:
     pass
