@@ -115,10 +115,12 @@ class WandB:
         except Exception as exc:  # unreachable service, bad key: keep the data on disk
             if os.environ.get("WANDB_MODE") in ("offline", "disabled"):
                 raise
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             self.say(
-                f"cannot reach W&B ({str(exc).splitlines()[0] if str(exc) else exc}); logging "
-                f"offline into {settings['dir']}/wandb — upload later with `wandb sync`"
+                f"cannot log online ({reason}); logging offline into {settings['dir']}/wandb "
+                "— upload later with `wandb sync`"
             )
+            wandb.teardown()  # the failed attempt still holds the run id
             return wandb.init(**settings, mode="offline", settings=quiet)
 
     def work(self, settings: dict[str, Any], tail: MetricsTail) -> None:

@@ -366,7 +366,8 @@ def _draw(ax: Any, trace: Trace, color: str) -> None:
 def render(plot: PlotSpec, out_dir: Path) -> dict[str, Any]:
     """Draw ``plot`` to ``out_dir / plot.file``; returns its manifest entry: the file, the
     title and, per panel, every line drawn (label, run, colour, number of points), read
-    back from the figure."""
+    back from the figure, and the panel's box in the PNG (``box_px``: x0, y0, x1, y1 in
+    pixels from the top left)."""
     figure = Figure(figsize=(9.0, 0.6 + 3.0 * len(plot.panels)), dpi=DPI)
     FigureCanvasAgg(figure)
     axes = figure.subplots(len(plot.panels), 1, squeeze=False, sharex=True)[:, 0]
@@ -402,4 +403,13 @@ def render(plot: PlotSpec, out_dir: Path) -> dict[str, Any]:
     figure.suptitle(plot.title)
     figure.tight_layout()
     figure.savefig(out_dir / plot.file, dpi=DPI)
+    height_px = figure.bbox.height
+    for ax, entry in zip(axes, manifest_panels, strict=True):
+        box = ax.get_window_extent()  # where the panel lies in the PNG, from its top left
+        entry["box_px"] = [
+            round(box.x0, 1),
+            round(height_px - box.y1, 1),
+            round(box.x1, 1),
+            round(height_px - box.y0, 1),
+        ]
     return {"file": plot.file, "title": plot.title, "panels": manifest_panels}
