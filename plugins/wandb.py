@@ -126,6 +126,8 @@ class WandB:
     def work(self, settings: dict[str, Any], tail: MetricsTail) -> None:
         """The worker: start the W&B run, then log the new rows each time it is woken;
         once the run has ended, log the last rows and the summary and finish."""
+        import wandb
+
         try:
             run = self.start_run(settings)
         except Exception as exc:
@@ -147,6 +149,7 @@ class WandB:
         finally:
             try:
                 run.finish()
+                wandb.teardown()  # the next run in this process reads its settings afresh
             except Exception as exc:
                 self.say(f"W&B could not finish ({exc})")
 
