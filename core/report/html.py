@@ -99,7 +99,7 @@ def render_index(
             parts.append(
                 f'<p class="finding"><b>{escape(summary["run"])}: {escape(finding["kind"])} '
                 f"from step {finding['step']}</b> — {escape(finding['message'])}.<br>"
-                f"Check: {escape(finding['suggestion'])}.</p>"
+                f"Suggestion: {escape(finding['suggestion'])}.</p>"
             )
     if len(summaries) > 1:
         parts.append("<h2>Spec keys that differ</h2>")

@@ -375,8 +375,9 @@ def render(plot: PlotSpec, out_dir: Path) -> dict[str, Any]:
     for ax, panel in zip(axes, plot.panels, strict=True):
         for index, trace in enumerate(panel.traces):
             _draw(ax, trace, PALETTE[index % len(PALETTE)])
-        if panel.log_y and all(y > 0 for t in panel.traces for y in t.ys):
-            ax.set_yscale("log")
+        values = [y for trace in panel.traces for y in trace.ys]
+        if panel.log_y and min(values) > 0 and max(values) > 10 * min(values):
+            ax.set_yscale("log")  # only when the values span more than a decade
         if panel.categories:
             ax.set_yticks(range(len(panel.categories)), panel.categories)
             ax.set_ylim(-0.5, len(panel.categories) - 0.5)
