@@ -8,9 +8,9 @@ from html import escape
 from typing import Any
 
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1000px; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: right; }
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 1100px; }
+table { border-collapse: collapse; margin: 1em 0; font-size: 0.82em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.45em; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 th { background: #f3f3f3; }
 .finding { background: #fff4e5; border-left: 4px solid #f0a020; padding: 0.5em 1em; }

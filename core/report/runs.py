@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from bisect import bisect_right
 from pathlib import Path
 from typing import Any
 
@@ -85,12 +86,8 @@ class Run:
     def wall_s_at(self, step: int) -> float | None:
         """The training wall time at the end of ``step`` (the nearest earlier training
         row's), None before the first."""
-        best = None
-        for row in self.train:
-            if row["step"] > step:
-                break
-            best = row["wall_s"]
-        return best
+        index = bisect_right(self.train, step, key=lambda row: row["step"])
+        return self.train[index - 1]["wall_s"] if index else None
 
 
 def _with_wall_time(train: list[dict[str, Any]]) -> list[dict[str, Any]]:
