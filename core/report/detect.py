@@ -17,7 +17,7 @@ Why these numbers: the paper's recipes take 50,000 to 100,000+ optimizer steps; 
 growth a clean run shows — allocator fragmentation, caches filling — comes in steps that stop
 (the third rule), and the 32 MB floor is above the few megabytes by which glibc and PyTorch
 grow the heap at a time, so a short run's noise is not a trend. Measured on a clean run: the
-quickstart's resident memory rose by about 45 MB in its first 40 steps, then stayed flat.
+quickstart's resident memory rose by about 50 MB in its first 20 steps, 8 MB in the next 130.
 
 **Slowdown.** The early median is the median ``samples_per_s`` of the first quarter of the
 rows after warm-up (the first step pays for compilation and cold caches). A rolling median
