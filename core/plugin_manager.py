@@ -14,6 +14,9 @@ The module or class says when it is on through the attribute ``ACTIVATION``:
 - ``"auto"`` — on when its ``is_available()`` returns True (a device exists);
 - ``"opt-in"`` (also when the attribute is missing) — on only when named in ``--plugins``.
 
+A plugin named in ``--plugins`` whose ``is_available()`` returns False (its device is absent,
+its package is not installed) is refused with its ``UNAVAILABLE_REASON``: one line, exit 2.
+
 A plugin switched off with ``no:NAME`` is not even imported, so a broken third-party plugin
 can be skipped. The core never imports a plugin by name; it knows plugins only through this
 manager.
@@ -177,7 +180,7 @@ def load_plugins(
     for name, plugin, dist, version in candidates:
         activation = _activation(plugin)
         if name in wanted:
-            if activation == "auto" and not _is_available(plugin):
+            if not _is_available(plugin):
                 reason = getattr(plugin, "UNAVAILABLE_REASON", "its device is not present")
                 raise TrmError(f"plugin {name!r} cannot run here: {reason}")
             enabled = True

@@ -1,8 +1,8 @@
 """faults: inject failures at chosen steps, to test that runs survive them (opt-in).
 
 Switch it on with ``--plugins faults`` and say what to break in the environment variable
-``TRM_FAULTS``: a comma-separated list of ``KIND@STEP`` (steps count from 1, the step being
-taken), e.g. ``TRM_FAULTS="oom@3,oom@5:1,save-fail@4" trm run quickstart --plugins faults``.
+``TRM_FAULTS``: a comma-separated list of ``KIND@STEP[:N]`` (steps count from 1, the step
+being taken), e.g. ``TRM_FAULTS="oom@3,oom@5:1,save-fail@4" trm run quickstart --plugins faults``.
 
 ==================  ===========================================================================
 kind                effect at step STEP
@@ -18,10 +18,16 @@ kill-in-save@S      the checkpoint write after step S dies by SIGKILL half-way t
                     temporary file, as a power cut or the OOM killer would
 sigint@S, sigterm@S the process sends itself SIGINT / SIGTERM after step S (repeat the item
                     to send it twice)
+leak@S[:MB]         from step S on, every step keeps MB more megabytes of host memory
+                    (default 4), written so the pages are resident: a steady leak
+slow@S[:MS]         from step S on, every step waits MS more milliseconds (default 100) in
+                    its first forward; several items add up: ``slow@1:100,slow@30:300``
 ==================  ===========================================================================
 
 It acts through torch's own module and optimizer hooks and through ``save_checkpoint``
-(``tryfirst``), never by changing the loop. A fault fires once per run.
+(``tryfirst``), never by changing the loop. A fault fires once per run; ``leak`` and
+``slow`` last from their step to the end of the run (``trm report`` and the end of
+``trm run`` should flag them).
 """
 
 from __future__ import annotations
@@ -29,10 +35,12 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from attrs import define
 
@@ -52,7 +60,11 @@ KINDS = (
     "kill-in-save",
     "sigint",
     "sigterm",
+    "leak",
+    "slow",
 )
+# The kinds that last from their step on; the number after ':' is an amount, not a micro-batch.
+STEADY_DEFAULTS = {"leak": 4, "slow": 100}
 
 
 @define(frozen=True)
@@ -63,7 +75,8 @@ class Fault:
 
 
 def parse_faults(text: str) -> list[Fault]:
-    """Parse ``TRM_FAULTS``; TrmError names a malformed item."""
+    """Parse ``TRM_FAULTS``; TrmError names a malformed item. For ``leak`` and ``slow`` the
+    ``micro_batch`` field holds the amount (MB, ms), its default when not given."""
     faults = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -71,12 +84,13 @@ def parse_faults(text: str) -> list[Fault]:
         kind, _, where = item.partition("@")
         step_text, _, micro_text = where.partition(":")
         try:
-            fault = Fault(kind, int(step_text), int(micro_text or 0))
+            default = STEADY_DEFAULTS.get(kind, 0)
+            fault = Fault(kind, int(step_text), int(micro_text) if micro_text else default)
         except ValueError:
             fault = None
         if fault is None or kind not in KINDS or fault.step < 1 or fault.micro_batch < 0:
             raise TrmError(
-                f"{ENV_VAR}: cannot read {item!r}; expected KIND@STEP[:MICRO_BATCH] with KIND "
+                f"{ENV_VAR}: cannot read {item!r}; expected KIND@STEP[:N] with KIND "
                 f"one of {', '.join(KINDS)}"
             )
         faults.append(fault)
@@ -108,6 +122,8 @@ class Faults:
         self.state: TrainState | None = None
         self.forward_calls: Counter = Counter()
         self.handles: list[Any] = []
+        self.steady: list[Fault] = []  # leak and slow: from their step to the end
+        self.leaked: list[np.ndarray] = []
 
     def take(self, kind: str, step: int, micro_batch: int = 0) -> bool:
         key = Fault(kind, step, micro_batch)
@@ -125,6 +141,9 @@ class Faults:
         step = self.step_in_progress()
         micro = self.forward_calls[step]
         self.forward_calls[step] += 1
+        if micro == 0:
+            wait_ms = sum(f.micro_batch for f in self.steady if f.kind == "slow" and f.step <= step)
+            time.sleep(wait_ms / 1000)
         for kind in ("oom", "oom-host", "oom-mps"):
             if self.take(kind, step, micro):
                 raise _oom_error(kind, step)
@@ -143,16 +162,19 @@ class Faults:
     @hookimpl
     def on_train_start(self, state: TrainState, control: TrainControl) -> None:
         self.state = state
-        self.pending = Counter(parse_faults(os.environ.get(ENV_VAR, "")))
+        faults = parse_faults(os.environ.get(ENV_VAR, ""))
+        self.steady = [f for f in faults if f.kind in STEADY_DEFAULTS]
+        self.pending = Counter(f for f in faults if f.kind not in STEADY_DEFAULTS)
         model = state.model
         self.handles.append(model.register_forward_pre_hook(self.before_forward))
         self.handles.append(model.register_forward_hook(self.after_forward))
         for optimizer in state.optimizers:
             if isinstance(optimizer, torch.optim.Optimizer):
                 self.handles.append(optimizer.register_step_pre_hook(self.before_update))
-        if self.pending:
-            faults = ", ".join(f"{f.kind}@{f.step}" for f in sorted(self.pending, key=str))
-            control.log(f"faults: will inject {faults}")
+        if self.pending or self.steady:
+            names = [f"{f.kind}@{f.step}" for f in sorted(self.pending, key=str)]
+            names += [f"{f.kind}@{f.step}:{f.micro_batch}" for f in self.steady]
+            control.log(f"faults: will inject {', '.join(names)}")
 
     @hookimpl
     def on_step(self, state: TrainState, control: TrainControl) -> None:
@@ -160,6 +182,9 @@ class Faults:
             while self.take(kind, state.step):
                 os.kill(os.getpid(), sig)
         self.pending.pop(Fault("nan", state.step), None)
+        for fault in self.steady:
+            if fault.kind == "leak" and fault.step <= state.step:
+                self.leaked.append(np.ones(fault.micro_batch * 2**20, dtype=np.uint8))
 
     @hookimpl(tryfirst=True)
     def save_checkpoint(self, state: TrainState, run_dir: Path, reason: str) -> Path | None:
@@ -181,4 +206,5 @@ class Faults:
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
+        self.leaked.clear()
         self.state = None

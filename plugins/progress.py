@@ -1,16 +1,23 @@
 """Live progress: one refreshing line on a terminal, plain periodic lines otherwise.
 
-The line shows step/total, samples/s, loss, the latest eval exact accuracy and the ETA.
+The line shows step/total, samples/s, loss, the latest eval exact accuracy and the ETA; on a
+terminal it starts with a progress bar drawn by rich (in colour where the terminal has it),
+and the whole line is cut to the terminal's width so it never wraps. Log lines clear it
+first (``trm.cli.output.info``), so the two never run together.
 The end of the run prints a short summary. (metrics.jsonl and summary.json are written by
 the core loop, so switching this plugin off never loses a record.)
 """
 
 from __future__ import annotations
 
+import io
 import shutil
 import sys
 import time
 from typing import Any
+
+from rich.console import Console
+from rich.progress_bar import ProgressBar
 
 from trm import hookimpl
 from trm.control import TrainControl
@@ -19,6 +26,8 @@ from trm.state import TrainState
 PLAIN_LINES_PER_RUN = 20
 PLAIN_MIN_INTERVAL_S = 15.0
 DATA_WAIT_SHOWN = 0.05  # the line shows the share of a step spent waiting for data above this
+BAR_MAX_CHARS = 30
+BAR_MIN_CHARS = 10  # a narrower terminal shows the line without a bar
 
 
 def _format_duration(seconds: float) -> str:
@@ -39,6 +48,19 @@ def _data_wait(state: TrainState, metrics: dict[str, Any]) -> str:
     return f"  data wait {share:.0%}" if share > DATA_WAIT_SHOWN else ""
 
 
+def render_bar(fraction: float, width: int, color_system: str | None) -> str:
+    """A progress bar of ``width`` characters for ``fraction`` done: rich's, with its ANSI
+    colours, or ``[###---]`` on a terminal without colour."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    if color_system is None:
+        done = round(fraction * (width - 2))
+        return "[" + "#" * done + "-" * (width - 2 - done) + "]"
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, color_system=color_system, width=width)
+    console.print(ProgressBar(total=1.0, completed=fraction, width=width), end="")
+    return buffer.getvalue()
+
+
 class Progress:
     """Live progress: one refreshing line on a terminal, plain periodic lines otherwise.
 
@@ -52,6 +74,7 @@ class Progress:
         self.start_step = 0
         self.last_print_s = 0.0
         self.tty = False
+        self.color_system: str | None = None
         self.eval_text = "-"
 
     def line(self, state: TrainState, metrics: dict[str, Any]) -> str:
@@ -65,10 +88,16 @@ class Progress:
             f"{_data_wait(state, metrics)}  ETA {_format_duration(eta_s)}"
         )
 
-    def show(self, text: str) -> None:
-        if self.tty:  # one line that never wraps: cut to the terminal's width
+    def show(self, text: str, fraction: float | None = None) -> None:
+        """Write ``text``: on a terminal, one line that never wraps (cut to the terminal's
+        width), led by a bar for ``fraction`` when there is room; else a plain line."""
+        if self.tty:
             width = shutil.get_terminal_size((80, 24)).columns
-            sys.stdout.write("\r\033[K" + text[: max(1, width - 1)])
+            text = text[: max(1, width - 1)]
+            bar_chars = min(BAR_MAX_CHARS, width - 2 - len(text))
+            if fraction is not None and bar_chars >= BAR_MIN_CHARS:
+                text = render_bar(fraction, bar_chars, self.color_system) + " " + text
+            sys.stdout.write("\r\033[K" + text)
         else:
             sys.stdout.write(text + "\n")
         sys.stdout.flush()
@@ -78,6 +107,8 @@ class Progress:
         self.start_s = time.perf_counter()
         self.start_step = state.step
         self.tty = sys.stdout.isatty()
+        if self.tty:
+            self.color_system = Console(file=sys.stdout).color_system
 
     @hookimpl
     def on_step(self, state: TrainState, metrics: dict[str, Any], control: TrainControl) -> None:
@@ -93,7 +124,7 @@ class Progress:
             )
         if due:
             self.last_print_s = now
-            self.show(self.line(state, metrics))
+            self.show(self.line(state, metrics), state.step / max(state.total_steps, 1))
 
     @hookimpl
     def on_eval(self, state: TrainState, metrics: dict[str, Any], control: TrainControl) -> None:

@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
         estimate_cmd,
         eval_cmd,
         plugins_cmd,
+        report_cmd,
         run_cmd,
     )
 
@@ -45,7 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"trm {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     commands.required = True
-    for module in (run_cmd, plugins_cmd, data_cmd, eval_cmd, bench_cmd, analyze_cmd, estimate_cmd):
+    for module in (
+        run_cmd,
+        plugins_cmd,
+        data_cmd,
+        eval_cmd,
+        bench_cmd,
+        analyze_cmd,
+        estimate_cmd,
+        report_cmd,
+    ):
         module.register(commands, common)
     return parser
 

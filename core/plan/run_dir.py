@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import attrs
 import torch
@@ -27,7 +27,14 @@ CHECKPOINT_OVERHEAD_BYTES = 1 << 20
 
 
 # What a run writes into its directory (besides its built data, kept by --replace).
-RUN_FILES = ("metrics.jsonl", "summary.json", "spec.toml", "hardware.json", "adaptations.json")
+RUN_FILES = (
+    "metrics.jsonl",
+    "summary.json",
+    "spec.toml",
+    "hardware.json",
+    "adaptations.json",
+    "estimate.json",
+)
 CHECKPOINTS = "checkpoints"
 
 
@@ -198,10 +205,28 @@ def check_checkpoint_room(run_dir: Path, spec: RunSpec, dataset: DatasetShape) -
     return one_bytes
 
 
+def estimate_record(plan: Plan) -> dict[str, Any]:
+    """estimate.json, in the field names of ``trm estimate --json``: the planned run's
+    predicted peak per location, the budgets and the items (``trm report`` draws the
+    measured memory against it)."""
+    estimate = plan.estimate
+    return {
+        "host_total_bytes": estimate.total_bytes("host"),
+        "device_total_bytes": estimate.total_bytes("device"),
+        "host_budget_bytes": estimate.host_budget_bytes,
+        "device_budget_bytes": estimate.device_budget_bytes,
+        "unified_memory": estimate.unified_memory,
+        "mode": plan.mode,
+        "items": [attrs.asdict(item) for item in estimate.items],
+    }
+
+
 def write_run_record(run_dir: Path, plan: Plan) -> None:
-    """spec.toml (the adapted spec), hardware.json and adaptations.json."""
+    """spec.toml (the adapted spec), hardware.json, adaptations.json and estimate.json."""
     (run_dir / "spec.toml").write_text(spec_to_toml(plan.spec), encoding="utf-8")
     hardware = json.dumps(attrs.asdict(plan.hardware), indent=2)
     (run_dir / "hardware.json").write_text(hardware + "\n", encoding="utf-8")
     changes = json.dumps([attrs.asdict(c) for c in plan.changes], indent=2, default=str)
     (run_dir / "adaptations.json").write_text(changes + "\n", encoding="utf-8")
+    estimate = json.dumps(estimate_record(plan), indent=2)
+    (run_dir / "estimate.json").write_text(estimate + "\n", encoding="utf-8")

@@ -157,6 +157,7 @@ class Checkpointer:
         self.schedule.saved(state.step, time.perf_counter())
         if path is not None:
             state.checkpoint_step = state.step
+            self.journal.event(state.step, "checkpoint", quiet=True, reason=reason)
         elif not self.warned_unsaved:
             self.warned_unsaved = True
             self.journal.log(

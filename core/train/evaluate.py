@@ -19,6 +19,7 @@ from trm.data.sampler import SplitIndex
 from trm.device.memory import free_cached_memory
 from trm.device.oom import is_out_of_memory
 from trm.device.transfer import autocast, to_device
+from trm.model import ACTLoss
 from trm.plugin_manager import TrmPluginManager
 from trm.state import TrainState
 from trm.train.metrics_log import Journal
@@ -28,6 +29,27 @@ TaskMetrics = Callable[[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarra
 
 
 @torch.no_grad()
+def run_all_steps(
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    halt_max_steps: int,
+    device: torch.device,
+    dtype: torch.dtype | None,
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Every supervision step on ``batch`` (model in eval mode): the last step's outputs and,
+    per row, the step (1..halt_max_steps) at which the Q head first asked to halt by the
+    training rule (``halt_max_steps`` when it never did)."""
+    carry = model.initial_carry(batch)
+    outputs: dict[str, torch.Tensor] = {}
+    halt_steps = torch.full((batch["inputs"].shape[0],), halt_max_steps, device=device)
+    with autocast(device, dtype):
+        for step in range(1, halt_max_steps + 1):
+            carry, outputs = model(carry, batch)
+            asks = _asks_to_halt(model, outputs) & (halt_steps == halt_max_steps)
+            halt_steps = torch.where(asks, torch.full_like(halt_steps, step), halt_steps)
+    return outputs, halt_steps
+
+
 def predict(
     model: torch.nn.Module,
     batch: dict[str, torch.Tensor],
@@ -36,12 +58,7 @@ def predict(
     dtype: torch.dtype | None,
 ) -> torch.Tensor:
     """The model's answer tokens [B, seq_len] after all supervision steps (model in eval mode)."""
-    carry = model.initial_carry(batch)
-    outputs = None
-    with autocast(device, dtype):
-        for _ in range(halt_max_steps):
-            carry, outputs = model(carry, batch)
-    assert outputs is not None
+    outputs, _ = run_all_steps(model, batch, halt_max_steps, device, dtype)
     return outputs["logits"].argmax(dim=-1)
 
 
@@ -56,6 +73,47 @@ def score(predictions: torch.Tensor, labels: torch.Tensor) -> tuple[int, int, fl
     return int(scored.sum()), exact, cells
 
 
+def _asks_to_halt(model: torch.nn.Module, outputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Per row: would the training rule halt here (``q_halt > 0`` with ``no_ACT_continue``,
+    else ``q_halt > q_continue``)?"""
+    arch = getattr(model, "arch", None) or model.module.arch  # a wrapper keeps it on .module
+    q_halt = outputs["q_halt_logits"]
+    if arch.no_ACT_continue:
+        return q_halt > 0
+    return q_halt > outputs["q_continue_logits"]
+
+
+def add_halting_sums(
+    sums: dict[str, float],
+    model: torch.nn.Module,
+    outputs: dict[str, torch.Tensor],
+    halt_steps: torch.Tensor,
+    labels: torch.Tensor,
+) -> None:
+    """Add one batch's ACT loss and Q-head sums to ``sums``: the model's own loss
+    (:class:`~trm.model.ACTLoss`, the run's token loss) on the last step's outputs, with every
+    row halted, and ``halt_steps`` as the rows' halting steps."""
+    arch = getattr(model, "arch", None) or model.module.arch
+    halted = torch.ones_like(halt_steps, dtype=torch.bool)
+    loss_sum, metrics = ACTLoss.compute(outputs, labels, halted, arch.loss, steps=halt_steps)
+    sums["loss_sum"] = sums.get("loss_sum", 0.0) + float(loss_sum)
+    for key in ("count", "q_halt_correct", "steps"):
+        sums[key] = sums.get(key, 0.0) + float(metrics[key])
+
+
+def halting_metrics(sums: dict[str, float]) -> dict[str, float]:
+    """Per scored example: ``loss`` (the training objective on the last step, without the
+    Q-continue term, which evaluation has no target for), ``mean_halt_steps`` (the step at
+    which the Q head first asks to halt; evaluation itself runs every step) and
+    ``q_halt_accuracy`` (``q_halt >= 0`` agrees with exact correctness at the last step)."""
+    count = max(sums.get("count", 0.0), 1.0)
+    return {
+        "loss": sums.get("loss_sum", 0.0) / count,
+        "mean_halt_steps": sums.get("steps", 0.0) / count,
+        "q_halt_accuracy": sums.get("q_halt_correct", 0.0) / count,
+    }
+
+
 def evaluate(
     model: torch.nn.Module,
     index: SplitIndex,
@@ -67,7 +125,8 @@ def evaluate(
     task_metrics: TaskMetrics | None = None,
 ) -> dict[str, float]:
     """Exact and cell accuracy over the first ``max_examples`` examples (0 = all) of a split,
-    and the task's own metrics when its data source has them.
+    the loss and the Q head's figures (:func:`halting_metrics`), and the task's own metrics
+    when its data source has them.
 
     ``task_metrics(inputs, labels, predictions)`` (a DataSource's optional method) gets a
     batch's token rows as NumPy arrays and returns per-row values in [0, 1] by name (a maze's
@@ -80,12 +139,15 @@ def evaluate(
     n_scored = n_exact = 0
     cell_sum = 0.0
     task_sums: dict[str, float] = {}
+    halting_sums: dict[str, float] = {}
     try:
         for start in range(0, total, batch_size):
             examples = np.arange(start, min(total, start + batch_size))
             rows = index.gather(examples)
             batch = to_device(rows, device)
-            preds = predict(model, batch, halt_max_steps, device, dtype)
+            outputs, halt_steps = run_all_steps(model, batch, halt_max_steps, device, dtype)
+            preds = outputs["logits"].argmax(dim=-1)
+            add_halting_sums(halting_sums, model, outputs, halt_steps, batch["labels"])
             scored, exact, cells = score(preds, batch["labels"])
             n_scored += scored
             n_exact += exact
@@ -101,6 +163,7 @@ def evaluate(
         "examples": n_scored,
         "exact_accuracy": n_exact / max(n_scored, 1),
         "cell_accuracy": cell_sum / max(n_scored, 1),
+        **halting_metrics(halting_sums),
         **{name: value / examples_done for name, value in task_sums.items()},
     }
 

@@ -28,6 +28,8 @@ from trm.device.host_memory import reuse_freed_memory
 from trm.device.memory import begin_step, step_peak_mb
 from trm.hardware import HardwareProfile
 from trm.plugin_manager import TrmPluginManager
+from trm.report.detect import detect
+from trm.report.runs import read_metrics
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.state import TrainState, weights_sha256
@@ -95,6 +97,7 @@ class Trainer:
         self.checkpoints = Checkpointer(pm, run_dir, schedule, self.journal)
         self.process = psutil.Process()
         self.stop_step = 0
+        self.clock = Stopwatch(0.0)
 
     def fit(self) -> dict[str, Any]:
         """Train to the end of the schedule (or ``max_steps``); returns summary.json's content.
@@ -114,6 +117,7 @@ class Trainer:
         self.stop_step = min(state.total_steps, self.max_steps or state.total_steps)
         self.journal.metrics.continue_from(state.step)
         control, clock = TrainControl(), Stopwatch(state.wall_s_before)
+        self.clock = clock
         stopped = "finished" if self.stop_step == state.total_steps else "max_steps"
         error: str | None = None
         state.model.train()
@@ -171,6 +175,7 @@ class Trainer:
             step_peak_mb(self.setup.device),
         )
         record["data_wait_s"] = round(waited_s, 4)
+        record["wall_s"] = round(self.clock.total_s(), 3)
         self.journal.metrics.write(record)
         return record
 
@@ -220,13 +225,27 @@ class Trainer:
         interval = self.spec.train.eval_interval
         return state.step >= state.total_steps or (interval > 0 and state.step % interval == 0)
 
+    def check_health(self) -> list[dict[str, Any]]:
+        """Run the leak and slowdown detectors (:mod:`trm.report.detect`) on the run's
+        metrics.jsonl, earlier processes' rows included; each finding is also a line in the
+        run's output. A detector's own failure is a warning, never the run's."""
+        try:
+            findings = detect(read_metrics(self.run_dir / "metrics.jsonl"))
+        except Exception as exc:  # the run's result matters more than its health check
+            self.journal.log(f"warning: the leak and slowdown checks failed ({exc})")
+            return []
+        for finding in findings:
+            self.journal.log(finding.line())
+        return [finding.to_json() for finding in findings]
+
     def finish(
         self, state: TrainState, stopped: str, error: str | None, clock: Stopwatch
     ) -> dict[str, Any]:
         """Write summary.json and call ``on_train_end``; returns the summary.
 
         ``data_wait_share`` is the share of this process's training time the loop spent
-        waiting for its batches."""
+        waiting for its batches; ``findings`` what the leak and slowdown detectors found in
+        the whole run's metrics (:meth:`check_health`)."""
         process_s = max(clock.total_s() - clock.before_s, 1e-9)
         summary = {
             "stopped": stopped,
@@ -246,6 +265,7 @@ class Trainer:
             "precision": self.runtime.precision,
             "data_wait_s": round(self.data_wait_s, 3),
             "data_wait_share": round(self.data_wait_s / process_s, 4),
+            "findings": self.check_health(),
         }
         try:
             text = json.dumps(summary, indent=2) + "\n"

@@ -140,7 +140,12 @@ def step_record(
     host_rss_bytes: int,
     device_peak_mb: float | None,
 ) -> dict[str, Any]:
-    """The metrics.jsonl row of the step just taken."""
+    """The metrics.jsonl row of the step just taken.
+
+    The accuracies and ``mean_halt_steps`` are over the rows that halted in this step
+    (``halted`` of them; 0 when none did): ``train_q_halt_accuracy`` is the share whose Q head
+    (``q_halt >= 0``) agreed with whether the answer was exactly right.
+    """
     count = max(sums.get("count", 0.0), 1.0)
     global_batch = state.spec.train.global_batch_size
     return {
@@ -153,6 +158,7 @@ def step_record(
         "mem_device_mb": device_peak_mb,
         "train_exact_accuracy": sums.get("exact_correct", 0.0) / count,
         "train_cell_accuracy": sums.get("cell_correct", 0.0) / count,
+        "train_q_halt_accuracy": sums.get("q_halt_correct", 0.0) / count,
         "halted": int(sums.get("count", 0.0)),
         "mean_halt_steps": sums.get("steps", 0.0) / count,
         "micro_batch_size": state.micro_batch_size,

@@ -1,0 +1,51 @@
+"""``trm report RUN_DIR [RUN_DIR ...]``: plots, index.html and a summary table of what the
+runs did, with the leak and slowdown checks; several runs overlay in the same plots.
+
+The report goes to ``--out`` (default: ``RUN_DIR/report`` for one run, ``./report`` for
+several). ``--json`` prints the summary document (report.json) to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from trm.cli.output import info, print_json
+
+
+def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    parser = commands.add_parser(
+        "report", parents=[common], help="plots, a page and a summary of one or more runs"
+    )
+    parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="run directory")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="folder for the report (default RUN_DIR/report for one run, ./report for several)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the summary as one JSON document"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from trm.report.build import make_report  # matplotlib loads only for this command
+
+    out_dir = args.out or (
+        args.run_dirs[0] / "report" if len(args.run_dirs) == 1 else Path("report")
+    )
+    report = make_report(args.run_dirs, out_dir)
+    for summary in report.document["runs"]:
+        for finding in summary["findings"]:
+            info(
+                f"{summary['run']}: {finding['kind']} from step {finding['step']}: "
+                f"{finding['message']}; {finding['suggestion']}"
+            )
+    differences = report.document["spec_differences"]
+    if differences:
+        info(f"spec keys that differ: {', '.join(d['key'] for d in differences)}")
+    info(f"wrote {len(report.pngs)} plots and index.html to {report.out_dir}")
+    if args.json:
+        print_json(report.document)
+    return 0
