@@ -18,7 +18,13 @@ kill-in-save@S      the checkpoint write after step S dies by SIGKILL half-way t
                     temporary file, as a power cut or the OOM killer would
 sigint@S, sigterm@S the process sends itself SIGINT / SIGTERM after step S (repeat the item
                     to send it twice)
+kill@S              the process kills itself with SIGKILL after step S (a crash, the OOM
+                    killer), before the step's checkpoint
 ==================  ===========================================================================
+
+Under torchrun the faults fire only on the ranks listed in ``TRM_FAULTS_RANKS`` (e.g. ``1``;
+default every rank) and only in the job's first attempt (``TORCHELASTIC_RESTART_COUNT`` 0),
+so a job that torchrun restarts is not broken again.
 
 It acts through torch's own module and optimizer hooks and through ``save_checkpoint``
 (``tryfirst``), never by changing the loop. A fault fires once per run.
@@ -38,10 +44,12 @@ from attrs import define
 
 from trm import hookimpl
 from trm.control import TrainControl
+from trm.device.distributed import env_world, launched_by_torchrun, restart_count
 from trm.errors import TrmError
 from trm.state import TrainState
 
 ENV_VAR = "TRM_FAULTS"
+RANKS_ENV_VAR = "TRM_FAULTS_RANKS"
 KINDS = (
     "oom",
     "oom-host",
@@ -52,6 +60,7 @@ KINDS = (
     "kill-in-save",
     "sigint",
     "sigterm",
+    "kill",
 )
 
 
@@ -81,6 +90,19 @@ def parse_faults(text: str) -> list[Fault]:
             )
         faults.append(fault)
     return faults
+
+
+def armed_here() -> bool:
+    """Whether faults fire in this process: always alone; under torchrun on the ranks of
+    ``TRM_FAULTS_RANKS`` (all when unset) and in the first attempt only."""
+    if not launched_by_torchrun():
+        return True
+    if restart_count() > 0:
+        return False
+    ranks = os.environ.get(RANKS_ENV_VAR, "").strip()
+    if not ranks:
+        return True
+    return str(env_world().rank) in {r.strip() for r in ranks.split(",")}
 
 
 def _oom_error(kind: str, step: int) -> BaseException:
@@ -143,7 +165,8 @@ class Faults:
     @hookimpl
     def on_train_start(self, state: TrainState, control: TrainControl) -> None:
         self.state = state
-        self.pending = Counter(parse_faults(os.environ.get(ENV_VAR, "")))
+        faults = parse_faults(os.environ.get(ENV_VAR, ""))
+        self.pending = Counter(faults if armed_here() else [])
         model = state.model
         self.handles.append(model.register_forward_pre_hook(self.before_forward))
         self.handles.append(model.register_forward_hook(self.after_forward))
@@ -159,6 +182,8 @@ class Faults:
         for kind, sig in (("sigint", signal.SIGINT), ("sigterm", signal.SIGTERM)):
             while self.take(kind, state.step):
                 os.kill(os.getpid(), sig)
+        if self.take("kill", state.step):
+            os.kill(os.getpid(), signal.SIGKILL)
         self.pending.pop(Fault("nan", state.step), None)
 
     @hookimpl(tryfirst=True)
