@@ -77,9 +77,15 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     parser.set_defaults(func=run)
 
 
-def resume_command(args: argparse.Namespace, run_dir: Path) -> str:
-    """The command line that continues this run."""
+def resume_command(args: argparse.Namespace, run_dir: Path, world: World | None = None) -> str:
+    """The command line that continues this run (under torchrun, with torchrun: on several
+    nodes, each node's own torchrun options apply)."""
     words = ["trm", "run", str(args.spec), "--out", str(run_dir)]
+    if world is not None and world.distributed:
+        words = ["torchrun", f"--nproc-per-node={world.local_size}"]
+        if world.size != world.local_size:
+            words.append(f"--nnodes={world.size // max(1, world.local_size)}")
+        words += ["-m", "trm", "run", str(args.spec), "--out", str(run_dir)]
     for text in args.plugins:
         words += ["--plugins", text]
     if args.mode != DEFAULT_MODE:
@@ -194,7 +200,7 @@ def _run(
         )
     else:
         info(f"stopped at step {summary['steps']} without a checkpoint")
-    info(f"resume with: {resume_command(args, run_dir)}")
+    info(f"resume with: {resume_command(args, run_dir, world)}")
     return EXIT_STOPPED
 
 

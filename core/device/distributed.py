@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from attrs import frozen
 
-from trm.errors import TrmError
+from trm.errors import TrainingFailed, TrmError
 
 TIMEOUT_ENV = "TRM_COLLECTIVE_TIMEOUT_S"
 DEFAULT_TIMEOUT_S = 600.0
@@ -158,10 +158,33 @@ def start() -> World:
         raise TrmError("this PyTorch build has no torch.distributed; run one process")
     if dist.is_initialized():
         return current()
-    timeout_s, setup_s = collective_timeout_s(), setup_timeout_s()
-    dist.init_process_group(backend=backend(), timeout=timedelta(seconds=timeout_s))
-    _patient[0] = dist.new_group(backend="gloo", timeout=timedelta(seconds=setup_s))
+    timeout = timedelta(seconds=collective_timeout_s())
+    store = _attempt_store(world, timeout)
+    if store is None:
+        dist.init_process_group(backend=backend(), timeout=timeout)
+    else:
+        dist.init_process_group(
+            backend=backend(), store=store, rank=world.rank, world_size=world.size, timeout=timeout
+        )
+    _patient[0] = dist.new_group(backend="gloo", timeout=timedelta(seconds=setup_timeout_s()))
     return current()
+
+
+def _attempt_store(world: World, timeout: timedelta) -> Any:
+    """The rendezvous store of this attempt of the job, or None for torch's default.
+
+    torchrun's workers share its agent's TCPStore (``TORCHELASTIC_USE_AGENT_STORE``), which
+    outlives a restart: the keys of the failed attempt would make the new processes connect
+    to the dead ones (pytorch/pytorch#135712). The keys of each attempt therefore go under
+    ``trm/attempt-N`` (N = ``TORCHELASTIC_RESTART_COUNT``, the same on every worker of a node).
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    address, port = os.environ.get("MASTER_ADDR"), _env_int("MASTER_PORT", 0)
+    if not address or not port:
+        return None
+    client = dist.TCPStore(address, port, world.size, is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"trm/attempt-{restart_count()}", client)
 
 
 def finish() -> None:
@@ -201,9 +224,19 @@ def collective_seconds() -> float:
 
 @contextmanager
 def _timed() -> Iterator[None]:
+    """Count the seconds of a collective; a collective that fails (a rank died, or did not
+    answer within the timeout) becomes TrainingFailed, one line for the user."""
     started = time.perf_counter()
     try:
         yield
+    except RuntimeError as exc:  # DistBackendError, DistNetworkError, gloo's and NCCL's errors
+        text = str(exc).strip()
+        detail = text.splitlines()[0][:200] if text else type(exc).__name__
+        raise TrainingFailed(
+            f"rank {current().rank}: a collective with the other ranks failed ({detail}); "
+            "another rank has died or stopped answering, so this one stops too — under "
+            "torchrun --max-restarts the job resumes from its last checkpoint"
+        ) from exc
     finally:
         _spent_s[0] += time.perf_counter() - started
 

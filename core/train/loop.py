@@ -129,7 +129,8 @@ class Trainer:
         error: str | None = None
         state.model.train()
         try:
-            with StopRequests() as stops, self.journal.metrics:
+            quits = not distributed.launched_by_torchrun()
+            with StopRequests(second_sigint_quits=quits) as stops, self.journal.metrics:
                 data.reader.start(
                     self.parallel.examples(data.sampler.examples_for_step), state.step
                 )
