@@ -75,11 +75,11 @@ class DataParallel:
         rows = self.rows
         return lambda step: examples_for_step(step)[rows]
 
-    def attach(self, state: TrainState) -> None:
+    def attach(self, optimizers: list[Any]) -> None:
         """Make the puzzle-embedding optimizer gather every rank's lookups before updating."""
         if not self.active:
             return
-        for opt in state.optimizers:
+        for opt in optimizers:
             if isinstance(opt, SignSGDSparse):
                 opt.gather_lookups = _gather_lookups
 

@@ -1,6 +1,6 @@
 """SIGINT and SIGTERM during training: the first asks for a clean stop after a checkpoint; a
-second SIGINT quits at once
-(not under torchrun, which forwards Ctrl-C to workers that already got it)."""
+second SIGINT quits at once (not under torchrun, which forwards Ctrl-C to workers that
+already got it from the terminal)."""
 
 from __future__ import annotations
 
