@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     world = distributed.start()  # one process unless torchrun started several
     set_rank(world.rank)
     try:
+        world.rows(spec.train.global_batch_size)  # TrmError unless it divides among the ranks
         with _quiet_stdout(not world.is_first):  # rank 0 alone shows progress
             return _run(args, spec, interval, world)
     finally:
