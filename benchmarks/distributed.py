@@ -12,10 +12,11 @@ paper's, the puzzle-embedding table is small) and a small global batch so it run
    steps (after ``--warmup``), and for torchrun the seconds per step spent in collectives
    (``collective_s`` in metrics.jsonl: the gradient all-reduce, the puzzle-embedding gather,
    the metrics sums and the after-step agreement, waits for the slower rank included);
-2. the gradient exchange: the same steps under torchrun, once with trm's explicit all-reduce
-   (one flattened all-reduce after the backward) and once with torch's
+2. the gradient exchange: training steps under torchrun alternating, step by step, between
+   trm's explicit all-reduce (one flattened all-reduce after the backward) and torch's
    DistributedDataParallel (``broadcast_buffers=False``; buckets all-reduced during the
-   backward), timing each step (``--skip-ddp`` leaves this out).
+   backward) on the same model, so both meet the same load; a step's time is its slowest
+   rank's (``--skip-ddp`` leaves this out).
 
 ``--repeat R`` measures every variant R times, alternating them, so a machine whose load
 changes weighs on all of them alike. Prints a table, or one JSON document with --json;
@@ -26,6 +27,7 @@ machine, or say how busy it was (the document records the load average).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -106,23 +108,25 @@ def train_run(
     }
 
 
-def exchange_run(args: argparse.Namespace, data: Path, mode: str) -> dict[str, Any]:
+def exchange_run(args: argparse.Namespace, data: Path) -> list[dict[str, Any]]:
     """The gradient-exchange comparison under torchrun (this script as the worker)."""
-    command = [*torchrun(args.procs), __file__, "--worker", mode, "--data", str(data)]
+    command = [*torchrun(args.procs), __file__, "--worker", "--data", str(data)]
     command += ["--spec", args.spec, "--batch", str(args.batch), "--steps", str(args.steps)]
     command += ["--warmup", str(args.warmup)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         sys.stderr.write(done.stderr[-4000:])
-        raise SystemExit(f"gradient exchange run ({mode}) failed")
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        raise SystemExit("gradient exchange run failed")
+    lines = [line for line in done.stdout.splitlines() if line.startswith("[")]
     return json.loads(lines[-1])
 
 
 def worker(args: argparse.Namespace) -> None:
-    """One rank of the gradient-exchange comparison: ``--steps`` timed training steps of the
-    spec's model on this rank's rows, the gradients exchanged by ``args.worker``."""
+    """One rank of the gradient-exchange comparison: training steps of the spec's model on
+    this rank's rows, alternating step by step between DDP (buckets all-reduced during the
+    backward) and trm's explicit all-reduce after it (the same DDP-wrapped model under
+    ``no_sync``), so both see the same load; ``--warmup`` + ``--steps`` steps of each."""
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
@@ -145,14 +149,13 @@ def worker(args: argparse.Namespace) -> None:
     optimizers = build_optimizers(model, spec.train)
     parallel = DataParallel(world, args.batch)
     parallel.attach(optimizers)
-    runner: torch.nn.Module = model
-    if args.worker == "ddp":
-        runner = DistributedDataParallel(model, broadcast_buffers=False)
+    ddp = DistributedDataParallel(model, broadcast_buffers=False)
     index = SplitIndex(open_split(Path(args.data) / "train"))
     sampler = TrainSampler(index, args.batch, spec.train.seed)
-    step_s: list[float] = []
-    collective_s: list[float] = []
-    for step in range(args.warmup + args.steps):
+    times: dict[str, list[float]] = {"ddp": [], "allreduce": []}
+    collectives: dict[str, list[float]] = {"ddp": [], "allreduce": []}
+    for step in range(2 * (args.warmup + args.steps)):
+        mode = "ddp" if step % 2 == 0 else "allreduce"
         batch = to_device(index.gather(sampler.examples_for_step(step)[parallel.rows]), "cpu")
         carry = model.initial_carry(batch)
         min_halt = model.draw_min_halt_steps(args.batch, "cpu")[parallel.rows]
@@ -160,34 +163,41 @@ def worker(args: argparse.Namespace) -> None:
         started, before = time.perf_counter(), distributed.collective_seconds()
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
-        _, sums = accumulate_gradients(
-            runner,
-            carry,
-            batch,
-            min_halt_steps=min_halt,
-            micro_batch_size=parallel.local_batch,
-            loss=spec.arch.loss,
-            divisor=args.batch,
-            device=torch.device("cpu"),
-        )
-        if args.worker == "allreduce":
+        with ddp.no_sync() if mode == "allreduce" else contextlib.nullcontext():
+            _, sums = accumulate_gradients(
+                ddp,
+                carry,
+                batch,
+                min_halt_steps=min_halt,
+                micro_batch_size=parallel.local_batch,
+                loss=spec.arch.loss,
+                divisor=args.batch,
+                device=torch.device("cpu"),
+            )
+        if mode == "allreduce":
             parallel.reduce_step(model, sums)
         for opt in optimizers:
             opt.step()
-        if step >= args.warmup:
-            step_s.append(time.perf_counter() - started)
-            collective_s.append(distributed.collective_seconds() - before)
-    slowest = distributed.gather_objects(statistics.mean(step_s))
+        if step >= 2 * args.warmup:
+            times[mode].append(time.perf_counter() - started)
+            collectives[mode].append(distributed.collective_seconds() - before)
+    everyone = distributed.gather_objects(times)
     if world.is_first:
-        report = {
-            "exchange": "explicit all-reduce" if args.worker == "allreduce" else "DDP",
-            "mode": args.worker,
-            "processes": world.size,
-            "measured_steps": len(step_s),
-            "step_s": max(slowest),
-            "trm_collective_s_per_step": statistics.mean(collective_s),
-        }
-        print(json.dumps(report), flush=True)
+        reports = []
+        for mode, name in (("allreduce", "explicit all-reduce"), ("ddp", "DDP")):
+            reports.append(
+                {
+                    "exchange": name,
+                    "processes": world.size,
+                    "measured_steps": len(times[mode]),
+                    # a step lasts as long as its slowest rank's
+                    "step_s": statistics.mean(
+                        max(rank[mode][i] for rank in everyone) for i in range(len(times[mode]))
+                    ),
+                    "trm_collective_s_per_step": statistics.mean(collectives[mode]),
+                }
+            )
+        print(json.dumps(reports), flush=True)
     distributed.finish()
 
 
@@ -241,7 +251,7 @@ def main() -> None:
     parser.add_argument("--skip-ddp", action="store_true", help="no gradient-exchange runs")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--from-json", metavar="FILE", help="table of a saved --json document")
-    parser.add_argument("--worker", choices=("allreduce", "ddp"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -261,9 +271,9 @@ def main() -> None:
                 print(f"training: {procs} process(es) x {threads} thread(s) …", file=sys.stderr)
                 out = folder / f"run-{procs}x{threads}-{attempt}"
                 training.append(train_run(args, data, out, procs, threads))
-            for mode in () if args.skip_ddp else ("allreduce", "ddp"):
-                print(f"gradient exchange: {mode} …", file=sys.stderr)
-                exchange.append(exchange_run(args, data, mode))
+            if not args.skip_ddp:
+                print("gradient exchange: DDP and explicit, step by step …", file=sys.stderr)
+                exchange.extend(exchange_run(args, data))
     document = {
         "cpu": cpu_name(),
         "logical_cpus": os.cpu_count(),
