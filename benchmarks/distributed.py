@@ -10,8 +10,8 @@ paper's, the puzzle-embedding table is small) and a small global batch so it run
 1. training speed: ``trm run`` as one process with ``--procs`` threads, then under
    ``torchrun --nproc-per-node PROCS`` with one thread per process; samples/s of the measured
    steps (after ``--warmup``), and for torchrun the seconds per step spent in collectives
-   (``collective_s`` in metrics.jsonl: the gradient all-reduce, the puzzle-embedding gather,
-   the metrics sums and the after-step agreement, waits for the slower rank included);
+   (``collective_s`` in metrics.jsonl: the step's gradient all-reduce, puzzle-embedding
+   gather and metrics sums, waits for the slower rank included);
 2. the gradient exchange: training steps under torchrun alternating, step by step, between
    trm's explicit all-reduce (one flattened all-reduce after the backward) and torch's
    DistributedDataParallel (``broadcast_buffers=False``; buckets all-reduced during the
