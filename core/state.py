@@ -33,6 +33,8 @@ class TrainState:
     ``step`` counts finished optimizer steps; the sampler reads step ``step`` next, so
     ``step`` is also the data-order position and the lr-schedule position. ``best_step`` is
     the step whose evaluation set ``best_exact_accuracy`` (0 before any evaluation).
+    ``rank_parts`` is set on rank 0 only while a data-parallel run saves: every rank's carry
+    rows, RNG states and micro-batch, in rank order (see ``state_dict``).
     ``wall_s_before`` is the training wall time of the run up to its last checkpoint or end
     (the loop's stopwatch keeps it); ``checkpoint_step`` the step of the newest checkpoint
     written or resumed from (None: none yet; not saved).
@@ -55,6 +57,7 @@ class TrainState:
     checkpoint_step: int | None = None
     data_dir: str = ""
     dataset_shape: DatasetShape | None = None
+    rank_parts: list[dict[str, Any]] | None = None
 
     @property
     def device(self) -> torch.device:
@@ -67,16 +70,33 @@ class TrainState:
         Holds the model, optimizers (their param groups carry the lr), EMA, the ACT carry,
         every RNG state (Python, NumPy, torch CPU and the accelerator's), the position
         (step, samples, total_steps, data order), the micro-batch size, the best evaluation,
-        the resolved spec, the dataset shape and the trm version.
+        the resolved spec, the dataset shape and the trm version; ``world_size``, the number
+        of processes that trained it. Under data parallelism (``rank_parts`` set) the carry is
+        every rank's rows concatenated in rank order — the global carry, as one process holds
+        it — and ``ranks`` lists each rank's RNG states and micro-batch size.
         """
         train = self.spec.train
+        carry = self.carry.state_dict() if self.carry is not None else None
+        extra: dict[str, Any] = {"world_size": 1}
+        if self.rank_parts is not None:
+            carries = [part["carry"] for part in self.rank_parts]
+            carry = None
+            if all(c is not None for c in carries):
+                carry = {key: torch.cat([c[key] for c in carries]) for key in carries[0]}
+            extra = {
+                "world_size": len(self.rank_parts),
+                "ranks": [
+                    {"rng": part["rng"], "micro_batch_size": part["micro_batch_size"]}
+                    for part in self.rank_parts
+                ],
+            }
         return {
             "trm_version": trm.__version__,
             "spec": spec_to_dict(self.spec),
             "model": self.model.state_dict(),
             "optimizers": [opt.state_dict() for opt in self.optimizers],
             "ema": self.ema.state_dict() if self.ema is not None else None,
-            "carry": self.carry.state_dict() if self.carry is not None else None,
+            "carry": carry,
             "step": self.step,
             "samples": self.samples,
             "total_steps": self.total_steps,
@@ -93,6 +113,7 @@ class TrainState:
             "data_dir": self.data_dir,
             "dataset_shape": self.dataset_shape.to_dict() if self.dataset_shape else None,
             "rng": capture_rng(self.device),
+            **extra,
         }
 
     def load_state_dict(self, payload: dict[str, Any], where: str = "checkpoint") -> list[str]:

@@ -22,7 +22,13 @@ leak@S[:MB]         from step S on, every step keeps MB more megabytes of host m
                     (default 4), written so the pages are resident: a steady leak
 slow@S[:MS]         from step S on, every step waits MS more milliseconds (default 100) in
                     its first forward; several items add up: ``slow@1:100,slow@30:300``
+kill@S              the process kills itself with SIGKILL after step S (a crash, the OOM
+                    killer), before the step's checkpoint
 ==================  ===========================================================================
+
+Under torchrun the faults fire only on the ranks listed in ``TRM_FAULTS_RANKS`` (e.g. ``1``;
+default every rank) and only in the job's first attempt (``TORCHELASTIC_RESTART_COUNT`` 0),
+so a job that torchrun restarts is not broken again.
 
 It acts through torch's own module and optimizer hooks and through ``save_checkpoint``
 (``tryfirst``), never by changing the loop. A fault fires once per run; ``leak`` and
@@ -46,10 +52,12 @@ from attrs import define
 
 from trm import hookimpl
 from trm.control import TrainControl
+from trm.device.distributed import env_world, launched_by_torchrun, restart_count
 from trm.errors import TrmError
 from trm.state import TrainState
 
 ENV_VAR = "TRM_FAULTS"
+RANKS_ENV_VAR = "TRM_FAULTS_RANKS"
 KINDS = (
     "oom",
     "oom-host",
@@ -62,6 +70,7 @@ KINDS = (
     "sigterm",
     "leak",
     "slow",
+    "kill",
 )
 # The kinds that last from their step on; the number after ':' is an amount, not a micro-batch.
 STEADY_DEFAULTS = {"leak": 4, "slow": 100}
@@ -95,6 +104,19 @@ def parse_faults(text: str) -> list[Fault]:
             )
         faults.append(fault)
     return faults
+
+
+def armed_here() -> bool:
+    """Whether faults fire in this process: always alone; under torchrun on the ranks of
+    ``TRM_FAULTS_RANKS`` (all when unset) and in the first attempt only."""
+    if not launched_by_torchrun():
+        return True
+    if restart_count() > 0:
+        return False
+    ranks = os.environ.get(RANKS_ENV_VAR, "").strip()
+    if not ranks:
+        return True
+    return str(env_world().rank) in {r.strip() for r in ranks.split(",")}
 
 
 def _oom_error(kind: str, step: int) -> BaseException:
@@ -163,6 +185,7 @@ class Faults:
     def on_train_start(self, state: TrainState, control: TrainControl) -> None:
         self.state = state
         faults = parse_faults(os.environ.get(ENV_VAR, ""))
+        faults = faults if armed_here() else []
         self.steady = [f for f in faults if f.kind in STEADY_DEFAULTS]
         self.pending = Counter(f for f in faults if f.kind not in STEADY_DEFAULTS)
         model = state.model
@@ -181,6 +204,8 @@ class Faults:
         for kind, sig in (("sigint", signal.SIGINT), ("sigterm", signal.SIGTERM)):
             while self.take(kind, state.step):
                 os.kill(os.getpid(), sig)
+        if self.take("kill", state.step):
+            os.kill(os.getpid(), signal.SIGKILL)
         self.pending.pop(Fault("nan", state.step), None)
         for fault in self.steady:
             if fault.kind == "leak" and fault.step <= state.step:

@@ -35,6 +35,7 @@ from attrs import frozen
 from trm import hookimpl
 from trm.data.reader import ReaderChoice, choose_reader, reader_buffer_bytes
 from trm.data.shape import DatasetShape
+from trm.device.distributed import env_world
 from trm.hardware import HardwareProfile
 from trm.memory import MemoryItem
 from trm.model.layers import swiglu_inner_width
@@ -285,12 +286,13 @@ def small_tensor_share(
 
 
 def _dataset_bytes(
-    spec: RunSpec, dataset: DatasetShape, hardware: HardwareProfile
+    spec: RunSpec, dataset: DatasetShape, hardware: HardwareProfile, rows: int
 ) -> tuple[int, str]:
-    """The data reader's host memory (trm.data.reader): the step's batch and the sampler's
-    index always; the split itself when the memory reader holds it; with the stream reader
-    its prefetched batches — its memory-mapped pages are page cache the OS reclaims."""
-    seq, global_batch = dataset.seq_len, spec.train.global_batch_size
+    """The data reader's host memory (trm.data.reader): the step's batch (``rows``: this
+    process's rows of it) and the sampler's index always; the split itself when the memory
+    reader holds it; with the stream reader its prefetched batches — its memory-mapped pages
+    are page cache the OS reclaims."""
+    seq, global_batch = dataset.seq_len, rows
     batch = global_batch * (2 * seq * I64 + I64)
     # the sampler's arrays of an epoch (a few per group); the split's own index arrays stay
     # memory-mapped (trm.data.sampler.SplitIndex)
@@ -321,14 +323,21 @@ def estimate_items(
     runtime: RuntimeChoice,
     dataset: DatasetShape,
     process_baseline_bytes: int | None = None,
+    world_size: int | None = None,
 ) -> list[MemoryItem]:
-    """Every item of one training step's peak; see the module docstring for the accounting."""
+    """Every item of one training step's peak; see the module docstring for the accounting.
+
+    Per process: under torchrun (``world_size``, default from its environment) a process
+    holds only its rows of the global batch — its carry, its batch, its micro-batches — but
+    gathers every rank's puzzle-embedding lookups."""
     arch, train = spec.arch, spec.train
     s = model_sizes(arch, dataset)
     precision = runtime.precision
     low = low_bytes(precision)
     global_batch = train.global_batch_size
-    micro = min(spec.runtime.micro_batch_size or global_batch, global_batch)
+    world = env_world().size if world_size is None else world_size
+    rows = max(1, global_batch // max(1, world))
+    micro = min(spec.runtime.micro_batch_size or rows, rows)
     checkpointing = bool(getattr(spec.runtime, "gradient_checkpointing", False))
     on_device = runtime.device.split(":")[0] in ("cuda", "mps")
     where = "device" if on_device else "host"
@@ -376,10 +385,13 @@ def estimate_items(
             low * (s.net_params + s.other_params),
             f"{precision} copies of the weights, made once per supervision step",
         )
+    whose = f"all {global_batch} rows of the global batch"
+    if rows != global_batch:
+        whose = f"this process's {rows} rows of the global batch {global_batch}"
     add(
         "carry (z_H, z_L)",
-        global_batch * (2 * F32 * pd + 4 + 1 + dataset.seq_len * 2 * I64 + I64),
-        f"float32 z_H and z_L for all {global_batch} rows of the global batch, with their data",
+        rows * (2 * F32 * pd + 4 + 1 + dataset.seq_len * 2 * I64 + I64),
+        f"float32 z_H and z_L for {whose}, with their data",
     )
 
     activations = micro * step_activation_bytes(
@@ -394,9 +406,9 @@ def estimate_items(
         f"{precision} ({how})",
     )
     # The loop keeps every micro-batch's new carry rows until the step ends (then writes them
-    # back), so by the last micro-batch they cover the whole global batch. z_H and z_L come
-    # back from the recursion in the autocast dtype.
-    new_carry = global_batch * (2 * low * pd + 4 + 1 + dataset.seq_len * 2 * I64 + I64)
+    # back), so by the last micro-batch they cover all of this process's rows. z_H and z_L
+    # come back from the recursion in the autocast dtype.
+    new_carry = rows * (2 * low * pd + 4 + 1 + dataset.seq_len * 2 * I64 + I64)
     step_transient = new_carry + micro * (
         head_and_loss_bytes(s, precision) + backward_working_bytes(arch, s, precision)
     )
@@ -412,7 +424,7 @@ def estimate_items(
         max(0, nograd - activations - step_transient),
         f"{arch.H_cycles - 1} cycles without grad; counted only where above the grad cycle",
     )
-    data_bytes, data_note = _dataset_bytes(spec, dataset, hardware)
+    data_bytes, data_note = _dataset_bytes(spec, dataset, hardware, rows)
     add("data-loader buffers", data_bytes, data_note, location="host")
 
     # Backend overheads

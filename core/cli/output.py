@@ -6,12 +6,24 @@ import json
 import sys
 from typing import Any
 
+_rank = [0]  # this process's rank under torchrun (set_rank); 0 alone
+
+
+def set_rank(rank: int) -> None:
+    """Under torchrun: the other ranks than 0 show only warnings, prefixed with their rank
+    (rank 0 speaks for the run; every rank takes the same steps)."""
+    _rank[0] = rank
+
 
 def info(message: str) -> None:
     """A status line for the user (stderr, so stdout stays clean for --json).
 
     On a terminal it first clears the line a live display (the progress plugin) may have
     left without a newline, so the two never run together."""
+    if _rank[0] > 0:
+        if message.startswith("warning"):
+            print(f"trm[rank {_rank[0]}]: {message}", file=sys.stderr, flush=True)
+        return
     if sys.stdout.isatty():
         sys.stdout.write("\r\033[K")
         sys.stdout.flush()

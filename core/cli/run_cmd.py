@@ -1,31 +1,43 @@
 """``trm run SPEC``: fit the spec to the machine, check the run directory, train.
 
 A stop by SIGINT/SIGTERM ends with a checkpoint, the command that resumes, and exit code 130.
+Under torchrun (``torchrun --nproc-per-node N -m trm run SPEC``) every process runs this
+command as one rank of a data-parallel run; see docs/distributed.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 
+import attrs
+
 from trm.cli.common import EXIT_OK, EXIT_STOPPED, add_set_option, positive_int
-from trm.cli.output import info
+from trm.cli.output import info, set_rank
+from trm.device import distributed
+from trm.device.distributed import World
 from trm.errors import TrmError
 from trm.memory import DEFAULT_MODE, EXTREME_RISKS, MODES
 from trm.paths import default_run_dir
 from trm.plan import plan_run
+from trm.plan.build import BUILD_RECORD
 from trm.plan.dataset import ensure_dataset
+from trm.plan.pipeline import Plan
 from trm.plan.run_dir import (
     check_checkpoint_room,
     check_reuse,
     clear_run,
+    inspect_run_dir,
     lock_run_dir,
     preflight,
     write_run_record,
 )
-from trm.plugin_manager import load_plugins
-from trm.spec import apply_overrides, load_spec, resolve_spec_path
+from trm.plugin_manager import TrmPluginManager, load_plugins
+from trm.spec import RunSpec, apply_overrides, load_spec, resolve_spec_path
 from trm.train import Trainer
 from trm.train.checkpoints import parse_interval
 
@@ -65,9 +77,15 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     parser.set_defaults(func=run)
 
 
-def resume_command(args: argparse.Namespace, run_dir: Path) -> str:
-    """The command line that continues this run."""
+def resume_command(args: argparse.Namespace, run_dir: Path, world: World | None = None) -> str:
+    """The command line that continues this run (under torchrun, with torchrun: on several
+    nodes, each node's own torchrun options apply)."""
     words = ["trm", "run", str(args.spec), "--out", str(run_dir)]
+    if world is not None and world.distributed:
+        words = ["torchrun", f"--nproc-per-node={world.local_size}"]
+        if world.size != world.local_size:
+            words.append(f"--nnodes={world.size // max(1, world.local_size)}")
+        words += ["-m", "trm", "run", str(args.spec), "--out", str(run_dir)]
     for text in args.plugins:
         words += ["--plugins", text]
     if args.mode != DEFAULT_MODE:
@@ -89,6 +107,22 @@ def run(args: argparse.Namespace) -> int:
         raise TrmError("--replace starts afresh: use it with --resume never")
     interval = parse_interval(args.checkpoint_every) if args.checkpoint_every else None
     spec = apply_overrides(load_spec(resolve_spec_path(args.spec)), args.set)
+    world = distributed.start()  # one process unless torchrun started several
+    set_rank(world.rank)
+    try:
+        world.rows(spec.train.global_batch_size)  # TrmError unless it divides among the ranks
+        with _quiet_stdout(not world.is_first):  # rank 0 alone shows progress
+            return _run(args, spec, interval, world)
+    finally:
+        distributed.finish()
+
+
+def _run(
+    args: argparse.Namespace, spec: RunSpec, interval: tuple[int, float] | None, world: World
+) -> int:
+    """``trm run`` on one process, or on one rank of a torchrun job (see docs/distributed.md):
+    rank 0 checks and locks the run directory, plans and builds the data while the others
+    wait; then every rank plans for itself with rank 0's model and training settings."""
     pm = load_plugins(args.plugins)
     info(f"plugins on: {', '.join(pm.enabled_names())}")
     if not pm.hook.save_checkpoint.get_hookimpls():
@@ -96,20 +130,35 @@ def run(args: argparse.Namespace) -> int:
             "warning: no plugin saves checkpoints (is checkpoint switched off?): a crash or "
             "a stop loses everything this run trains"
         )
+    if world.distributed and "distributed" not in pm.enabled_names():
+        info(
+            "warning: the distributed plugin is off: each rank plans as if it had the whole "
+            "node (all its cores and memory)"
+        )
     run_dir = default_run_dir(spec.name, args.out)
-    preflight(run_dir)
-    lock = lock_run_dir(run_dir)
+    _continue_after_restart(args, run_dir)
+    lock = None
     try:
-        check_reuse(run_dir, spec, args.resume, args.replace)
-        plan = plan_run(pm, spec, args.mode, run_dir, log=info, build_data=True)
-        for line in (*plan.runtime.notes, *(c.describe() for c in plan.changes)):
-            info(line)
-        if plan.runtime.reuse_host_memory:
-            info("host memory: freed blocks are kept for reuse (resident memory stays at its peak)")
-        if args.mode == "extreme":
-            info(f"warning: {EXTREME_RISKS}")
-        data_dir = ensure_dataset(pm, plan.spec, run_dir, info)
-        check_checkpoint_room(run_dir, plan.spec, plan.dataset)
+        error: str | None = None
+        plan = data_dir = None
+        if world.is_first:
+            try:
+                preflight(run_dir)
+                lock = lock_run_dir(run_dir)
+                check_reuse(run_dir, spec, args.resume, args.replace)
+                plan, data_dir = _plan(args, pm, spec, run_dir, build=True)
+            except TrmError as exc:
+                error = str(exc)
+        error = distributed.broadcast_from_first(error, patient=True)
+        if error is not None:
+            raise TrmError(error if world.is_first else f"rank 0 stopped: {error}")
+        if not world.is_first:
+            _check_shared_data(spec, run_dir, world)
+            plan, data_dir = _plan(args, pm, spec, run_dir, build=False)
+            plan = _adopt_first_spec(plan, world)
+        else:
+            distributed.broadcast_from_first((plan.spec.arch, plan.spec.train, plan.spec.data))
+        assert plan is not None and data_dir is not None
         runtime = plan.runtime
         info(
             f"training {plan.spec.name} on {runtime.device} ({runtime.precision}, "
@@ -117,6 +166,8 @@ def run(args: argparse.Namespace) -> int:
         )
 
         def accepted(_state: object) -> None:
+            if not world.is_first:
+                return
             if args.replace:
                 clear_run(run_dir)
             write_run_record(run_dir, plan)
@@ -150,5 +201,69 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         info(f"stopped at step {summary['steps']} without a checkpoint")
-    info(f"resume with: {resume_command(args, run_dir)}")
+    info(f"resume with: {resume_command(args, run_dir, world)}")
     return EXIT_STOPPED
+
+
+def _plan(
+    args: argparse.Namespace, pm: TrmPluginManager, spec: RunSpec, run_dir: Path, build: bool
+) -> tuple[Plan, Path]:
+    """Fit the spec to this machine (this rank), show what changed, find or build the data."""
+    plan = plan_run(pm, spec, args.mode, run_dir, log=info, build_data=build)
+    for line in (*plan.runtime.notes, *(c.describe() for c in plan.changes)):
+        info(line)
+    if plan.runtime.reuse_host_memory:
+        info("host memory: freed blocks are kept for reuse (resident memory stays at its peak)")
+    if args.mode == "extreme":
+        info(f"warning: {EXTREME_RISKS}")
+    data_dir = ensure_dataset(pm, plan.spec, run_dir, info)
+    if build:
+        check_checkpoint_room(run_dir, plan.spec, plan.dataset)
+    return plan, data_dir
+
+
+def _continue_after_restart(args: argparse.Namespace, run_dir: Path) -> None:
+    """After torchrun restarted the job (``--max-restarts``), continue from the run's newest
+    checkpoint: ``--resume never``/``--replace``/a path meant the first attempt."""
+    restarts = distributed.restart_count()
+    if restarts == 0 or args.resume == "auto":
+        return
+    if not inspect_run_dir(run_dir).checkpoint_steps:
+        return
+    info(
+        f"torchrun restart {restarts}: continuing from the newest checkpoint in {run_dir} "
+        f"(--resume {args.resume} applied to the first attempt)"
+    )
+    args.resume, args.replace = "auto", False
+
+
+def _check_shared_data(spec: RunSpec, run_dir: Path, world: World) -> None:
+    """A rank other than 0 must see the data rank 0 built (a filesystem shared by the nodes)."""
+    if spec.data.dir or (run_dir / "data" / BUILD_RECORD).exists():
+        return
+    raise TrmError(
+        f"rank {world.rank} does not see the data rank 0 built in {run_dir / 'data'}: on "
+        "several nodes the run directory must be on a filesystem every node shares (--out), "
+        "or set data.dir to a dataset present on every node"
+    )
+
+
+def _adopt_first_spec(plan: Plan, world: World) -> Plan:
+    """Train what rank 0 planned: its [arch], [train] and [data] (a tier may have changed
+    them for rank 0's memory); this rank keeps its own runtime."""
+    arch, train, data = distributed.broadcast_from_first(None)
+    spec = plan.spec
+    if (arch, train, data) == (spec.arch, spec.train, spec.data):
+        return plan
+    info(f"warning: rank {world.rank} planned another model or schedule; training rank 0's")
+    return attrs.evolve(plan, spec=attrs.evolve(spec, arch=arch, train=train, data=data))
+
+
+@contextmanager
+def _quiet_stdout(quiet: bool) -> Iterator[None]:
+    """Send this process's stdout (the progress display) to nowhere when ``quiet``."""
+    if not quiet:
+        yield
+        return
+    with open(os.devnull, "w", encoding="utf-8") as sink, redirect_stdout(sink):
+        yield

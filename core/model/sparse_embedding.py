@@ -8,6 +8,7 @@ with a gradient; :class:`SignSGDSparse` then updates only those rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -66,6 +67,12 @@ class SignSGDSparse:
     Rows not looked up are untouched (no decay). Lookups whose tensor got no gradient are
     skipped. The learning rate is ``param_groups[0]["lr"]`` unless ``step(lr)`` is given,
     so a loop can drive it like a torch optimizer. It keeps no moments.
+
+    ``gather_lookups`` (None: one process) is set by a data-parallel loop: it gets this
+    process's looked-up ids [N] and their gradients [N, ndim] and returns every process's,
+    concatenated in rank order, so that every process applies the same update — the one a
+    single process would apply to the whole global batch. Under it, ``step`` is a collective:
+    every process calls it, with or without lookups of its own.
     """
 
     def __init__(
@@ -75,6 +82,7 @@ class SignSGDSparse:
             raise ValueError(f"lr and weight_decay must be >= 0, got {lr}, {weight_decay}")
         self.embedding = embedding
         self.param_groups: list[dict[str, Any]] = [{"lr": lr, "weight_decay": weight_decay}]
+        self.gather_lookups: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
 
     @torch.no_grad()
     def step(self, lr: float | None = None) -> None:
@@ -82,11 +90,19 @@ class SignSGDSparse:
         group = self.param_groups[0]
         lr = group["lr"] if lr is None else lr
         pairs = [(ids, t.grad) for ids, t in self.embedding.pending if t.grad is not None]
-        if not pairs:
+        if not pairs and self.gather_lookups is None:
             return
         weights = self.embedding.weights
-        all_ids = torch.cat([ids for ids, _ in pairs]).to(weights.device)
-        all_grads = torch.cat([g for _, g in pairs]).to(device=weights.device, dtype=torch.float32)
+        if pairs:
+            all_ids = torch.cat([ids for ids, _ in pairs]).to(weights.device)
+            all_grads = torch.cat([g for _, g in pairs]).to(weights.device, torch.float32)
+        else:  # no lookups here, but the other processes' must still be gathered
+            all_ids = torch.zeros(0, dtype=torch.int64, device=weights.device)
+            all_grads = torch.zeros(0, weights.shape[1], device=weights.device)
+        if self.gather_lookups is not None:
+            all_ids, all_grads = self.gather_lookups(all_ids, all_grads)
+            if all_ids.numel() == 0:
+                return
         rows, inverse = torch.unique(all_ids, return_inverse=True)
         grad_sum = torch.zeros(rows.numel(), weights.shape[1], device=weights.device)
         grad_sum.index_add_(0, inverse, all_grads)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from attrs import define, field
@@ -25,6 +26,7 @@ from attrs import define, field
 from trm.errors import TrainingFailed, TrmError
 from trm.plugin_manager import TrmPluginManager
 from trm.state import TrainState, last_good
+from trm.train.data_parallel import DataParallel
 from trm.train.metrics_log import Journal
 
 DEFAULT_CHECKPOINT_INTERVAL_S = 600.0
@@ -103,6 +105,10 @@ class CheckpointSchedule:
 class Checkpointer:
     """Saves the run's checkpoints through the ``save_checkpoint`` hook; see the module doc.
 
+    Under data parallelism (``parallel``) every rank calls :meth:`save` after the same step:
+    the ranks' parts are gathered to rank 0, rank 0 alone calls the hook (one file, renamed
+    into place, so no checkpoint ever lacks a rank's part), and its outcome is shared so every
+    rank counts failures and checkpoint steps alike.
     ``state.checkpoint_step`` is the step of the newest checkpoint written or resumed from.
     """
 
@@ -112,11 +118,14 @@ class Checkpointer:
         run_dir: Path,
         schedule: CheckpointSchedule,
         journal: Journal,
+        parallel: DataParallel | None = None,
     ) -> None:
         self.pm = pm
         self.run_dir = run_dir
         self.schedule = schedule
         self.journal = journal
+        self.parallel = parallel if parallel is not None and parallel.active else None
+        self.writes = parallel is None or parallel.world.is_first
         self.failures = 0
         self.warned_unsaved = False
 
@@ -147,12 +156,16 @@ class Checkpointer:
                 f"step {state.step}: the weights are no longer finite; the run stops and "
                 f"{last_good(state)} — lower train.lr"
             )
-        self.journal.metrics.sync()
-        try:
-            path = self.pm.hook.save_checkpoint(state=state, run_dir=self.run_dir, reason=reason)
-        except OSError as exc:
-            self._failed(state, reason, exc)
+        parts = self.parallel.gather_parts(state) if self.parallel is not None else None
+        outcome: Path | OSError | None = None
+        if self.writes:
+            outcome = self._write(state, reason, parts)
+        if self.parallel is not None:  # every rank learns what rank 0's write did
+            outcome = self.parallel.share_outcome(outcome)
+        if isinstance(outcome, OSError):
+            self._failed(state, reason, outcome)
             return
+        path = outcome
         self.failures = 0
         self.schedule.saved(state.step, time.perf_counter())
         if path is not None:
@@ -164,6 +177,19 @@ class Checkpointer:
                 f"warning: step {state.step}: no checkpoint written — no plugin saves "
                 "checkpoints (is checkpoint switched off?)"
             )
+
+    def _write(
+        self, state: TrainState, reason: str, parts: list[dict[str, Any]] | None
+    ) -> Path | OSError | None:
+        """Rank 0's write through the hook: the path, None (no plugin saves), or the OSError."""
+        state.rank_parts = parts
+        try:
+            self.journal.metrics.sync()
+            return self.pm.hook.save_checkpoint(state=state, run_dir=self.run_dir, reason=reason)
+        except OSError as exc:
+            return exc
+        finally:
+            state.rank_parts = None
 
     def _failed(self, state: TrainState, reason: str, exc: OSError) -> None:
         self.failures += 1

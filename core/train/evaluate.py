@@ -16,6 +16,7 @@ import torch
 
 from trm.control import TrainControl
 from trm.data.sampler import SplitIndex
+from trm.device import distributed
 from trm.device.memory import free_cached_memory
 from trm.device.oom import is_out_of_memory
 from trm.device.transfer import autocast, to_device
@@ -132,8 +133,12 @@ def evaluate(
     batch's token rows as NumPy arrays and returns per-row values in [0, 1] by name (a maze's
     ``valid_path_rate``); each is averaged over the examples. Puts the model in eval mode for
     the call and restores its previous mode.
+    Under data parallelism each rank scores its share of the examples
+    (:meth:`trm.device.distributed.World.shard`) and the sums are combined over the ranks,
+    so every rank returns the result of the whole set.
     """
     total = index.num_examples if max_examples <= 0 else min(max_examples, index.num_examples)
+    share = distributed.current().shard(total)  # range(total) with one process
     was_training = model.training
     model.eval()
     n_scored = n_exact = 0
@@ -141,8 +146,8 @@ def evaluate(
     task_sums: dict[str, float] = {}
     halting_sums: dict[str, float] = {}
     try:
-        for start in range(0, total, batch_size):
-            examples = np.arange(start, min(total, start + batch_size))
+        for start in range(share.start, share.stop, batch_size):
+            examples = np.arange(start, min(share.stop, start + batch_size))
             rows = index.gather(examples)
             batch = to_device(rows, device)
             outputs, halt_steps = run_all_steps(model, batch, halt_max_steps, device, dtype)
@@ -158,6 +163,7 @@ def evaluate(
                     task_sums[name] = task_sums.get(name, 0.0) + float(np.sum(per_row))
     finally:
         model.train(was_training)
+    n_scored, n_exact, cell_sum, task_sums = _sum_over_ranks(n_scored, n_exact, cell_sum, task_sums)
     examples_done = max(total, 1)
     return {
         "examples": n_scored,
@@ -166,6 +172,25 @@ def evaluate(
         **halting_metrics(halting_sums),
         **{name: value / examples_done for name, value in task_sums.items()},
     }
+
+
+def _sum_over_ranks(
+    scored: int, exact: int, cells: float, task_sums: dict[str, float]
+) -> tuple[int, int, float, dict[str, float]]:
+    """The evaluation sums of every rank added up (unchanged with one process)."""
+    everyone = distributed.gather_objects((scored, exact, cells, task_sums))
+    if len(everyone) == 1:
+        return scored, exact, cells, task_sums
+    totals: dict[str, float] = {}
+    for _, _, _, sums in everyone:
+        for name, value in sums.items():
+            totals[name] = totals.get(name, 0.0) + value
+    return (
+        sum(e[0] for e in everyone),
+        sum(e[1] for e in everyone),
+        sum(e[2] for e in everyone),
+        totals,
+    )
 
 
 def evaluate_in_run(

@@ -8,6 +8,11 @@ and updates (:mod:`~trm.train.step`; out of memory is undone and retried by
 ``on_step``, thermal events, evaluation when due, a requested micro-batch, checkpoint
 (:mod:`~trm.train.checkpoints`), the plugins' messages, then a requested pause. Plugins see
 the run through hooks and act on it only through ``TrainControl``.
+
+Under torchrun every rank runs this loop on its rows of each global batch
+(:mod:`~trm.train.data_parallel`): the ranks agree after each step whether to stop,
+checkpoint or pause, so they always take the same steps; rank 0 alone writes metrics.jsonl,
+summary.json and the checkpoints.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 from trm.control import TrainControl
 from trm.data.reader import ReaderChoice, choose_reader
 from trm.data.shape import read_shape
+from trm.device import distributed
 from trm.device.host_memory import reuse_freed_memory
 from trm.device.memory import begin_step, step_peak_mb
 from trm.hardware import HardwareProfile
@@ -35,6 +41,7 @@ from trm.spec import RunSpec
 from trm.state import TrainState, weights_sha256
 from trm.train import requests
 from trm.train.checkpoints import Checkpointer, CheckpointSchedule
+from trm.train.data_parallel import DataParallel, Decision
 from trm.train.evaluate import evaluate_in_run
 from trm.train.metrics_log import Journal, MetricsLog
 from trm.train.oom_retry import take_step
@@ -85,16 +92,20 @@ class Trainer:
         self.on_accepted = on_accepted
         self.reader = reader
         self.data_wait_s = 0.0
+        self.parallel = DataParallel(distributed.current(), spec.train.global_batch_size)
         self.setup = StepSetup(
             device=torch.device(runtime.device),
             dtype=runtime.autocast_dtype,
             loss=spec.arch.loss,
             global_batch=spec.train.global_batch_size,
+            parallel=self.parallel if self.parallel.active else None,
         )
-        self.journal = Journal(MetricsLog(run_dir / "metrics.jsonl"), log)
+        writes = self.parallel.world.is_first  # rank 0 alone writes the run's files
+        self.journal = Journal(MetricsLog(run_dir / "metrics.jsonl" if writes else None), log)
         interval = checkpoint_interval or (spec.train.checkpoint_interval_steps,)
         schedule = CheckpointSchedule(*interval)
-        self.checkpoints = Checkpointer(pm, run_dir, schedule, self.journal)
+        self.checkpoints = Checkpointer(pm, run_dir, schedule, self.journal, self.parallel)
+        self.world_note = ""
         self.process = psutil.Process()
         self.stop_step = 0
         self.clock = Stopwatch(0.0)
@@ -111,7 +122,7 @@ class Trainer:
         if self.runtime.reuse_host_memory:
             reuse_freed_memory()
         state, data = self.setup_run()
-        first_carry(state, data, self.setup.device)
+        first_carry(state, data, self.setup.device, self.parallel.rows)
         if self.on_accepted is not None:
             self.on_accepted(state)
         self.stop_step = min(state.total_steps, self.max_steps or state.total_steps)
@@ -122,8 +133,12 @@ class Trainer:
         error: str | None = None
         state.model.train()
         try:
-            with StopRequests() as stops, self.journal.metrics:
-                data.reader.start(data.sampler.examples_for_step, state.step)
+            quits = not distributed.launched_by_torchrun()
+            with StopRequests(second_sigint_quits=quits) as stops, self.journal.metrics:
+                data.reader.start(
+                    self.parallel.examples(data.sampler.examples_for_step), state.step
+                )
+                self.announce_world(state)
                 self.pm.hook.on_train_start(state=state, control=control)
                 self.journal.show(control)
                 while state.step < self.stop_step:
@@ -149,17 +164,44 @@ class Trainer:
         data = open_data(
             self.spec, self.data_dir, self.pm, choice, self.runtime.device, self.journal.log
         )
+        local = self.parallel.local_batch if self.parallel.active else None
         try:
-            state = new_state(self.spec, self.runtime, data, self.run_dir, self.data_dir)
-            resume(state, self.pm, self.resume_from, self.journal.log)
+            state = new_state(self.spec, self.runtime, data, self.run_dir, self.data_dir, local)
+            self.parallel.attach(state.optimizers)
+            self.world_note = resume(
+                state, self.pm, self.resume_from, self.journal.log, self.parallel
+            )
         except BaseException:
             data.reader.close()
             raise
         return state, data
 
+    def announce_world(self, state: TrainState) -> None:
+        """Say how many processes train, and loudly when a checkpoint of another number of
+        processes was resumed (a log line and a ``world_size_changed`` event)."""
+        world = self.parallel.world
+        if world.distributed:
+            self.journal.log(
+                f"data parallel: {world.size} processes ({world.local_size} on this node), "
+                f"{self.parallel.local_batch} rows of the global batch "
+                f"{self.spec.train.global_batch_size} each"
+            )
+        if self.world_note:
+            self.journal.log(f"warning: {self.world_note}")
+            self.journal.event(
+                state.step,
+                "world_size_changed",
+                quiet=True,
+                world_size=world.size,
+                note=self.world_note,
+            )
+
     def take_step(self, state: TrainState, data: RunData, control: TrainControl) -> dict[str, Any]:
-        """One optimizer step and its metrics row (written to metrics.jsonl)."""
+        """One optimizer step and its metrics row (written to metrics.jsonl); under data
+        parallelism the row is the global batch's and holds ``collective_s``, the step's
+        seconds in collectives."""
         started_s = time.perf_counter()
+        collective_before_s = distributed.collective_seconds()
         batch = data.reader.batch(state.step)
         waited_s = time.perf_counter() - started_s
         self.data_wait_s += waited_s
@@ -176,6 +218,10 @@ class Trainer:
         )
         record["data_wait_s"] = round(waited_s, 4)
         record["wall_s"] = round(self.clock.total_s(), 3)
+        if self.parallel.active:
+            record["collective_s"] = round(
+                distributed.collective_seconds() - collective_before_s, 4
+            )
         self.journal.metrics.write(record)
         return record
 
@@ -209,16 +255,44 @@ class Trainer:
         at_end = state.step >= self.stop_step
         stop = None if at_end else stops.reason or control.stop_reason
         reason = self.checkpoints.reason_now(state, asked, at_end, stop is not None)
+        if self.parallel.active:
+            stop, reason = self.agree(control, stop, reason, at_end)
         if reason is not None:
             state.wall_s_before = clock.total_s()
             self.checkpoints.save(state, reason)
         self.journal.show(control)
         if stop is not None or at_end:
             return stop
+        paused = control.pause_s > 0  # agreed: the same on every rank
         if requests.pause(state, control, stops, self.journal):  # a stop ended the pause
+            if self.parallel.active:  # the others learn of it after their pause
+                self.parallel.agree(Decision(stop=stops.reason))
             self.checkpoints.save(state, "stop")
             return stops.reason
+        if paused and self.parallel.active:  # did a stop end another rank's pause?
+            stop = self.parallel.agree(Decision(stop=stops.reason)).stop
+            if stop is not None:
+                self.checkpoints.save(state, "stop")
+                return stop
         return None
+
+    def agree(
+        self,
+        control: TrainControl,
+        stop: str | None,
+        reason: str | None,
+        at_end: bool,
+    ) -> tuple[str | None, str | None]:
+        """Every rank's stop, checkpoint and pause, agreed (one small all-reduce): a stop or a
+        checkpoint any rank wants, and the longest pause any rank asked for."""
+        mine = Decision(stop, reason, control.pause_s, control.pause_reason)
+        agreed = self.parallel.agree(mine)
+        # a pause longer than the collective timeout would make the waiting ranks fail
+        control.pause_s = min(agreed.pause_s, distributed.collective_timeout_s() / 2)
+        control.pause_reason = agreed.pause_reason
+        if agreed.stop is not None and not at_end:
+            return agreed.stop, "stop"
+        return None, ("end" if at_end else agreed.checkpoint)
 
     def eval_due(self, state: TrainState) -> bool:
         """At the schedule's end always; otherwise every ``train.eval_interval`` steps."""
@@ -228,7 +302,10 @@ class Trainer:
     def check_health(self) -> list[dict[str, Any]]:
         """Run the leak and slowdown detectors (:mod:`trm.report.detect`) on the run's
         metrics.jsonl, earlier processes' rows included; each finding is also a line in the
-        run's output. A detector's own failure is a warning, never the run's."""
+        run's output. A detector's own failure is a warning, never the run's. Under data
+        parallelism only rank 0 (which writes metrics.jsonl) checks."""
+        if not self.parallel.world.is_first:
+            return []
         try:
             findings = detect(read_metrics(self.run_dir / "metrics.jsonl"))
         except Exception as exc:  # the run's result matters more than its health check
@@ -241,12 +318,15 @@ class Trainer:
     def finish(
         self, state: TrainState, stopped: str, error: str | None, clock: Stopwatch
     ) -> dict[str, Any]:
-        """Write summary.json and call ``on_train_end``; returns the summary.
+        """Write summary.json (rank 0) and call ``on_train_end``; returns the summary.
 
         ``data_wait_share`` is the share of this process's training time the loop spent
         waiting for its batches; ``findings`` what the leak and slowdown detectors found in
-        the whole run's metrics (:meth:`check_health`)."""
+        the whole run's metrics (:meth:`check_health`). ``world_size`` counts the processes
+        that trained; under data parallelism ``ranks_agree`` says whether every rank ended with
+        the same weights (checked when the ranks ended together, else None)."""
         process_s = max(clock.total_s() - clock.before_s, 1e-9)
+        digest = weights_sha256(state.model)
         summary = {
             "stopped": stopped,
             "error": error,
@@ -258,7 +338,7 @@ class Trainer:
             "best_step": state.best_step,
             "final_exact_accuracy": state.last_eval.get("exact_accuracy"),
             "final_cell_accuracy": state.last_eval.get("cell_accuracy"),
-            "final_weights_sha256": weights_sha256(state.model),
+            "final_weights_sha256": digest,
             "checkpoint_step": state.checkpoint_step,
             "micro_batch_size": state.micro_batch_size,
             "device": self.runtime.device,
@@ -266,11 +346,19 @@ class Trainer:
             "data_wait_s": round(self.data_wait_s, 3),
             "data_wait_share": round(self.data_wait_s / process_s, 4),
             "findings": self.check_health(),
+            "world_size": self.parallel.world.size,
         }
-        try:
-            text = json.dumps(summary, indent=2) + "\n"
-            (self.run_dir / "summary.json").write_text(text, encoding="utf-8")
-        except OSError as exc:
-            self.journal.log(f"warning: summary.json could not be written ({exc})")
+        if self.parallel.active:
+            together = stopped not in ("failed", "quit")  # else a rank may be gone
+            agree = self.parallel.weights_agree(state.model, digest) if together else None
+            summary["ranks_agree"] = agree
+            if agree is False:
+                self.journal.log("warning: the ranks ended with different weights")
+        if self.parallel.world.is_first:
+            try:
+                text = json.dumps(summary, indent=2) + "\n"
+                (self.run_dir / "summary.json").write_text(text, encoding="utf-8")
+            except OSError as exc:
+                self.journal.log(f"warning: summary.json could not be written ({exc})")
         self.pm.hook.on_train_end(state=state, summary=summary)
         return summary

@@ -21,12 +21,17 @@ from trm.control import TrainControl
 class MetricsLog:
     """Appends rows to ``path``; use as a context manager after :meth:`continue_from`.
 
+    ``path`` None keeps nothing: the log of a data-parallel rank other than 0, whose rows
+    rank 0 writes (the ranks agree on every row's values).
+
     A row that cannot be written (disk full) is kept in memory and written with the next row
     that can be; ``on_error`` hears of the first failure of a streak. :meth:`sync` raises
     OSError while rows are still held back, so the checkpoint that calls it counts as failed.
     """
 
-    def __init__(self, path: Path, on_error: Callable[[OSError], None] | None = None) -> None:
+    def __init__(
+        self, path: Path | None, on_error: Callable[[OSError], None] | None = None
+    ) -> None:
         self.path = path
         self.on_error = on_error
         self.error: OSError | None = None
@@ -35,7 +40,7 @@ class MetricsLog:
 
     def continue_from(self, step: int) -> None:
         """Keep only complete rows with ``step`` <= ``step`` (atomically rewritten)."""
-        if not self.path.exists():
+        if self.path is None or not self.path.exists():
             return
         kept = []
         for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -50,6 +55,9 @@ class MetricsLog:
         os.replace(tmp, self.path)
 
     def __enter__(self) -> MetricsLog:
+        if self.path is None:
+            self._fd = os.open(os.devnull, os.O_WRONLY)
+            return self
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         return self
 
@@ -81,6 +89,8 @@ class MetricsLog:
     def sync(self) -> None:
         """Force written rows to disk (called before each checkpoint); OSError while rows
         are held back or the disk refuses."""
+        if self.path is None:
+            return
         self._drain()
         if self._pending:
             raise OSError(f"metrics.jsonl cannot be written ({self.error})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from attrs import frozen
@@ -21,6 +22,7 @@ from trm.plugin_manager import TrmPluginManager
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.state import TrainState
+from trm.train.data_parallel import DataParallel
 from trm.train.evaluate import TaskMetrics
 
 
@@ -81,10 +83,22 @@ def open_data(
 
 
 def new_state(
-    spec: RunSpec, runtime: RuntimeChoice, data: RunData, run_dir: Path, data_dir: Path
+    spec: RunSpec,
+    runtime: RuntimeChoice,
+    data: RunData,
+    run_dir: Path,
+    data_dir: Path,
+    local_batch: int | None = None,
 ) -> TrainState:
-    """A fresh state: the seeded model (compiled when the runtime says so), optimizers, EMA."""
+    """A fresh state: the seeded model (compiled when the runtime says so), optimizers, EMA.
+
+    ``local_batch`` (data parallelism) is this rank's rows of the global batch: the
+    micro-batch is at most that. Every rank seeds alike, so all start from the same weights.
+    """
     torch.manual_seed(spec.train.seed)
+    micro_batch_size = spec.runtime.micro_batch_size or spec.train.global_batch_size
+    if local_batch is not None:
+        micro_batch_size = min(micro_batch_size, local_batch)
     model = build_model(spec.arch, data.shape).to(torch.device(runtime.device))
     compile_for_runtime(model, runtime)
     return TrainState(
@@ -95,7 +109,7 @@ def new_state(
         carry=None,
         run_dir=run_dir,
         total_steps=spec.train.total_steps(data.reader.index.num_groups),
-        micro_batch_size=spec.runtime.micro_batch_size or spec.train.global_batch_size,
+        micro_batch_size=micro_batch_size,
         data_dir=str(data_dir),
         dataset_shape=data.shape,
     )
@@ -106,26 +120,58 @@ def resume(
     pm: TrmPluginManager,
     resume_from: str,
     log: Callable[[str], None],
-) -> None:
+    parallel: DataParallel | None = None,
+) -> str:
     """Load the checkpoint ``resume_from`` names ("auto": the run's newest; "never": none;
-    else a path) into ``state``. TrmError when it does not fit the run."""
+    else a path) into ``state``. TrmError when it does not fit the run.
+
+    Under data parallelism rank 0 chooses the checkpoint and every rank loads that file,
+    then keeps its share (``DataParallel.adopt``). Returns a note when the checkpoint was
+    written by another number of processes ("" otherwise)."""
     if resume_from == "never":
-        return
+        return ""
     target = state.run_dir if resume_from == "auto" else Path(resume_from)
-    payload = pm.hook.load_checkpoint(path=target, map_location="cpu")
+    payload = _load_agreed(pm, target, parallel)
     if payload is None:
         if resume_from != "auto":
             raise TrmError(f"--resume {resume_from}: no checkpoint found there")
-        return
+        return ""
     where = f"checkpoint {payload.get('loaded_from', target)}"
     for note in state.load_state_dict(payload, where):
         log(f"warning: {note}")
+    world_note = parallel.adopt(state, payload, log) if parallel is not None else ""
     state.checkpoint_step = state.step
     log(f"resumed from step {state.step} ({state.samples} samples) of {where}")
+    return world_note
 
 
-def first_carry(state: TrainState, data: RunData, device: torch.device) -> None:
-    """Give a fresh run its carry (every row halted: the first step resets each row)."""
+def _load_agreed(
+    pm: TrmPluginManager, target: Path, parallel: DataParallel | None
+) -> dict[str, Any] | None:
+    """The checkpoint ``target`` names, the same file on every rank (rank 0 chooses it)."""
+    if parallel is None or not parallel.active:
+        return pm.hook.load_checkpoint(path=target, map_location="cpu")
+    payload, error = None, None
+    if parallel.world.is_first:
+        try:
+            payload = pm.hook.load_checkpoint(path=target, map_location="cpu")
+        except TrmError as exc:
+            error = str(exc)
+    chosen = payload.get("loaded_from", str(target)) if payload is not None else None
+    chosen, error = parallel.share_outcome((chosen, error))
+    if error is not None:
+        raise TrmError(error)
+    if parallel.world.is_first or chosen is None:
+        return payload
+    return pm.hook.load_checkpoint(path=Path(chosen), map_location="cpu")
+
+
+def first_carry(
+    state: TrainState, data: RunData, device: torch.device, rows: slice = slice(None)
+) -> None:
+    """Give a fresh run its carry (every row halted: the first step resets each row);
+    ``rows``: this rank's rows of the global batch under data parallelism."""
     if state.carry is None:
-        template = to_device(data.reader.index.gather(data.sampler.examples_for_step(0)), device)
+        examples = data.sampler.examples_for_step(0)[rows]
+        template = to_device(data.reader.index.gather(examples), device)
         state.carry = state.model.initial_carry(template)

@@ -19,16 +19,22 @@ from trm.device.transfer import autocast, to_device
 from trm.errors import TrainingFailed
 from trm.model import ACTLoss, TinyRecursiveModel, TRMCarry, lr_at_step
 from trm.state import TrainState, last_good
+from trm.train.data_parallel import DataParallel
 
 
 @frozen
 class StepSetup:
-    """What every step of a run needs besides the state; fixed for the run."""
+    """What every step of a run needs besides the state; fixed for the run.
+
+    ``parallel`` (None: one process) is this rank's share of a data-parallel run: the batch
+    holds its ``rows`` of the global batch, and the gradients and sums are all-reduced
+    before the update (:mod:`trm.train.data_parallel`)."""
 
     device: torch.device
     dtype: torch.dtype | None
     loss: str
     global_batch: int
+    parallel: DataParallel | None = None
 
 
 def accumulate_gradients(
@@ -79,7 +85,8 @@ def accumulate_gradients(
 def attempt_step(
     state: TrainState, batch: dict[str, np.ndarray], setup: StepSetup
 ) -> dict[str, float]:
-    """Run optimizer update number ``state.step + 1`` over ``batch``; returns the sums.
+    """Run optimizer update number ``state.step + 1`` over ``batch``; returns the sums
+    (over the global batch: summed over the ranks under data parallelism).
 
     Raises the out-of-memory error of a forward or backward untouched (the caller undoes the
     step and retries); raises TrainingFailed for a non-finite loss and for out of memory in
@@ -90,6 +97,8 @@ def attempt_step(
     model = state.model
     device_batch = to_device(batch, setup.device)
     min_halt_steps = model.draw_min_halt_steps(setup.global_batch, setup.device)
+    if setup.parallel is not None:  # every rank draws the global batch's, then keeps its rows
+        min_halt_steps = min_halt_steps[setup.parallel.rows]
     for opt in state.optimizers:
         opt.zero_grad(set_to_none=True)
     pieces, sums = accumulate_gradients(
@@ -103,6 +112,8 @@ def attempt_step(
         device=setup.device,
         dtype=setup.dtype,
     )
+    if setup.parallel is not None:
+        sums = setup.parallel.reduce_step(model, sums)
     if not math.isfinite(sums["loss_sum"]):
         raise TrainingFailed(
             f"step {state.step + 1}: the loss is not finite ({sums['loss_sum']}); the run "
