@@ -25,7 +25,8 @@ class DatasetShape:
     """Shape of a dataset's train split (from dataset.json, or a source's promise).
 
     ``total_puzzles``, ``total_groups`` and ``train_file_bytes`` (its inputs and labels files)
-    are of the train split; 0 when not known.
+    are of the train split; 0 when not known. ``epoch_rows`` is the examples one epoch reads
+    (one puzzle per group, all its examples; 0 when not known: see :attr:`rows_per_epoch`).
     """
 
     seq_len: int
@@ -34,6 +35,12 @@ class DatasetShape:
     total_puzzles: int = 0
     total_groups: int = 0
     train_file_bytes: int = 0
+    epoch_rows: int = 0
+
+    @property
+    def rows_per_epoch(self) -> int:
+        """``epoch_rows``, or ``total_groups`` when it is not known (one example per puzzle)."""
+        return self.epoch_rows or self.total_groups
 
     def model_kwargs(self) -> dict[str, int]:
         """The keyword arguments :class:`trm.model.TinyRecursiveModel` takes from a dataset."""
@@ -72,6 +79,10 @@ def read_shape(data_dir: Path, split: str = "train") -> DatasetShape:
             num_puzzle_identifiers=int(meta["num_puzzle_identifiers"]),
             total_puzzles=int(meta.get("total_puzzles", 0)),
             total_groups=int(meta.get("total_groups", 0)),
+            # the reference's estimate: groups x the mean examples of a puzzle
+            epoch_rows=round(
+                int(meta.get("total_groups", 0)) * float(meta.get("mean_puzzle_examples", 1.0))
+            ),
             train_file_bytes=sum(
                 f.stat().st_size
                 for f in split_dir.glob("*__*.npy")
