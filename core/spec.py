@@ -82,6 +82,9 @@ class TrainSpec:
     seed: int = 0
     eval_interval: int = 0
     eval_max_examples: int = 0
+    # a task evaluator (ARC's vote) pools the predictions of every evaluation of the run, as
+    # the reference does unless reset; false: each evaluation starts empty
+    eval_pool: bool = False
     checkpoint_interval_steps: int = 0
     checkpoint_keep: int = 3
 

@@ -26,7 +26,8 @@ class DatasetShape:
 
     ``total_puzzles``, ``total_groups`` and ``train_file_bytes`` (its inputs and labels files)
     are of the train split; 0 when not known. ``epoch_rows`` is the examples one epoch reads
-    (one puzzle per group, all its examples; 0 when not known: see :attr:`rows_per_epoch`).
+    (one puzzle per group, all its examples); 0 when not known or when every puzzle has one
+    example (then it is ``total_groups``: see :attr:`rows_per_epoch`).
     """
 
     seq_len: int
@@ -68,6 +69,13 @@ class DatasetShape:
         ]
 
 
+def _epoch_rows(meta: dict[str, Any]) -> int:
+    """The reference's estimate of an epoch's examples, groups x the mean examples of a
+    puzzle; 0 when puzzles have one example each (``rows_per_epoch`` is then the groups)."""
+    mean = float(meta.get("mean_puzzle_examples", 1.0))
+    return 0 if mean == 1.0 else round(int(meta.get("total_groups", 0)) * mean)
+
+
 def read_shape(data_dir: Path, split: str = "train") -> DatasetShape:
     """The shape of ``data_dir/split`` from its dataset.json and array files."""
     split_dir = data_dir / split
@@ -79,10 +87,7 @@ def read_shape(data_dir: Path, split: str = "train") -> DatasetShape:
             num_puzzle_identifiers=int(meta["num_puzzle_identifiers"]),
             total_puzzles=int(meta.get("total_puzzles", 0)),
             total_groups=int(meta.get("total_groups", 0)),
-            # the reference's estimate: groups x the mean examples of a puzzle
-            epoch_rows=round(
-                int(meta.get("total_groups", 0)) * float(meta.get("mean_puzzle_examples", 1.0))
-            ),
+            epoch_rows=_epoch_rows(meta),
             train_file_bytes=sum(
                 f.stat().st_size
                 for f in split_dir.glob("*__*.npy")

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from trm.control import TrainControl
+from trm.data.evaluator import TaskEvaluator
 from trm.data.sampler import SplitIndex
 from trm.device.memory import free_cached_memory
 from trm.device.oom import is_out_of_memory
@@ -22,12 +23,31 @@ from trm.device.transfer import autocast, to_device
 from trm.plugin_manager import TrmPluginManager
 from trm.state import TrainState
 from trm.train.metrics_log import Journal
+from trm.train.task_evaluation import TaskEvaluation, record_best
 
 IGNORE_LABEL = -100
 TaskMetrics = Callable[[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]
 
 
 @torch.no_grad()
+def predict_with_halt(
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    halt_max_steps: int,
+    device: torch.device,
+    dtype: torch.dtype | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's answer tokens [B, seq_len] and its q_halt logits [B] (float32), both after
+    all ``halt_max_steps`` supervision steps (model in eval mode)."""
+    carry = model.initial_carry(batch)
+    outputs = None
+    with autocast(device, dtype):
+        for _ in range(halt_max_steps):
+            carry, outputs = model(carry, batch)
+    assert outputs is not None
+    return outputs["logits"].argmax(dim=-1), outputs["q_halt_logits"].float()
+
+
 def predict(
     model: torch.nn.Module,
     batch: dict[str, torch.Tensor],
@@ -36,13 +56,12 @@ def predict(
     dtype: torch.dtype | None,
 ) -> torch.Tensor:
     """The model's answer tokens [B, seq_len] after all supervision steps (model in eval mode)."""
-    carry = model.initial_carry(batch)
-    outputs = None
-    with autocast(device, dtype):
-        for _ in range(halt_max_steps):
-            carry, outputs = model(carry, batch)
-    assert outputs is not None
-    return outputs["logits"].argmax(dim=-1)
+    return predict_with_halt(model, batch, halt_max_steps, device, dtype)[0]
+
+
+def confidence(q_halt_logits: torch.Tensor) -> np.ndarray:
+    """sigmoid(q_halt) as float64 NumPy (as the reference's ARC evaluator computes it)."""
+    return torch.sigmoid(q_halt_logits.detach().cpu().double()).numpy()
 
 
 def score(predictions: torch.Tensor, labels: torch.Tensor) -> tuple[int, int, float]:
@@ -65,14 +84,16 @@ def evaluate(
     dtype: torch.dtype | None,
     max_examples: int = 0,
     task_metrics: TaskMetrics | None = None,
+    task_evaluator: TaskEvaluator | None = None,
 ) -> dict[str, float]:
     """Exact and cell accuracy over the first ``max_examples`` examples (0 = all) of a split,
     and the task's own metrics when its data source has them.
 
     ``task_metrics(inputs, labels, predictions)`` (a DataSource's optional method) gets a
     batch's token rows as NumPy arrays and returns per-row values in [0, 1] by name (a maze's
-    ``valid_path_rate``); each is averaged over the examples. Puts the model in eval mode for
-    the call and restores its previous mode.
+    ``valid_path_rate``); each is averaged over the examples. ``task_evaluator`` (from the
+    source's optional ``evaluator``) gets every batch with the model's confidence and adds
+    its ``result()``. Puts the model in eval mode for the call and restores its previous mode.
     """
     total = index.num_examples if max_examples <= 0 else min(max_examples, index.num_examples)
     was_training = model.training
@@ -85,7 +106,7 @@ def evaluate(
             examples = np.arange(start, min(total, start + batch_size))
             rows = index.gather(examples)
             batch = to_device(rows, device)
-            preds = predict(model, batch, halt_max_steps, device, dtype)
+            preds, q_halt = predict_with_halt(model, batch, halt_max_steps, device, dtype)
             scored, exact, cells = score(preds, batch["labels"])
             n_scored += scored
             n_exact += exact
@@ -94,6 +115,13 @@ def evaluate(
                 values = task_metrics(rows["inputs"], rows["labels"], preds.cpu().numpy())
                 for name, per_row in values.items():
                     task_sums[name] = task_sums.get(name, 0.0) + float(np.sum(per_row))
+            if task_evaluator is not None:
+                task_evaluator.add(
+                    rows["inputs"],
+                    rows["puzzle_identifiers"],
+                    preds.cpu().numpy(),
+                    confidence(q_halt),
+                )
     finally:
         model.train(was_training)
     examples_done = max(total, 1)
@@ -102,6 +130,7 @@ def evaluate(
         "exact_accuracy": n_exact / max(n_scored, 1),
         "cell_accuracy": cell_sum / max(n_scored, 1),
         **{name: value / examples_done for name, value in task_sums.items()},
+        **(task_evaluator.result() if task_evaluator is not None else {}),
     }
 
 
@@ -114,23 +143,28 @@ def evaluate_in_run(
     control: TrainControl,
     journal: Journal,
     task_metrics: TaskMetrics | None = None,
+    task_evaluation: TaskEvaluation | None = None,
 ) -> list[str]:
     """Evaluate the run's model now; returns ``["best"]`` on a new best, else ``[]``.
 
     Uses the EMA weights when the run keeps them (the puzzle-embedding table stays live, as
-    in the reference). Out of memory halves the evaluation batch and tries again.
+    in the reference). Out of memory halves the evaluation batch and tries again. The best
+    evaluation is the one with the highest ``task_evaluation.primary_metric`` (exact
+    accuracy by default).
     """
     spec, batch_size = state.spec, state.micro_batch_size
+    scoring = task_evaluation or TaskEvaluation()
     while True:
         try:
             args = (index, spec.arch.halt_max_steps, batch_size, device, dtype)
+            evaluator = scoring.start()
+            extra = (spec.train.eval_max_examples, task_metrics, evaluator)
             if state.ema is not None:
                 with state.ema.swap_in(state.model):
-                    result = evaluate(
-                        state.model, *args, spec.train.eval_max_examples, task_metrics
-                    )
+                    result = evaluate(state.model, *args, *extra)
             else:
-                result = evaluate(state.model, *args, spec.train.eval_max_examples, task_metrics)
+                result = evaluate(state.model, *args, *extra)
+            scoring.finish(evaluator)
             break
         except Exception as exc:
             if not is_out_of_memory(exc) or batch_size == 1:
@@ -139,10 +173,7 @@ def evaluate_in_run(
         journal.log(f"out of memory in evaluation: batch {batch_size} -> {batch_size // 2}")
         batch_size //= 2
     state.last_eval = result
-    improved = state.best_step == 0 or result["exact_accuracy"] > state.best_exact_accuracy
-    if improved:
-        state.best_exact_accuracy = result["exact_accuracy"]
-        state.best_step = state.step
+    improved = record_best(state, result, scoring.primary_metric)
     record = {"kind": "eval", "step": state.step, **result}
     journal.metrics.write(record)
     pm.hook.on_eval(state=state, metrics=record, control=control)

@@ -22,6 +22,7 @@ from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.state import TrainState
 from trm.train.evaluate import TaskMetrics
+from trm.train.task_evaluation import TaskEvaluation, task_evaluation
 
 
 @frozen
@@ -33,6 +34,7 @@ class RunData:
     evaluation: SplitIndex | None
     shape: DatasetShape
     task_metrics: TaskMetrics | None = None
+    task_evaluation: TaskEvaluation | None = None
 
 
 def open_reader(
@@ -77,8 +79,10 @@ def open_data(
         total_groups=int(train.num_groups),
         epoch_rows=sampler.epoch_rows,
     )
-    task_metrics = getattr(find_data_source(pm, spec.data.source), "task_metrics", None)
-    return RunData(reader, sampler, evaluation, shape, task_metrics)
+    source = find_data_source(pm, spec.data.source)
+    task_metrics = getattr(source, "task_metrics", None)
+    scoring = task_evaluation(source, data_dir, spec.data.eval_split, spec.train.eval_pool)
+    return RunData(reader, sampler, evaluation, shape, task_metrics, scoring)
 
 
 def new_state(
