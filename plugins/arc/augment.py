@@ -77,16 +77,43 @@ def _pair_digest(grid_in: np.ndarray, grid_out: np.ndarray) -> bytes:
     h = hashlib.blake2b(digest_size=16)
     for g in (grid_in, grid_out):
         h.update(bytes(g.shape))
-        h.update(g.tobytes())
+        h.update(np.ascontiguousarray(g).tobytes())
     return h.digest()
 
 
 def puzzle_key(pairs: list[tuple[np.ndarray, np.ndarray]]) -> bytes:
     """Equal for two tasks exactly when they hold the same multiset of (input, output) pairs
     (the reference's ``puzzle_hash``: sorted per-pair hashes, so pair order does not count)."""
-    return b"".join(
-        sorted(_pair_digest(np.ascontiguousarray(a), np.ascontiguousarray(b)) for a, b in pairs)
-    )
+    return b"".join(sorted(_pair_digest(a, b) for a, b in pairs))
+
+
+class _Transformed:
+    """A task's grids under each dihedral transform, flattened into one array per transform,
+    so that one colour lookup augments the whole task and :meth:`key` hashes it."""
+
+    def __init__(self, pairs: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        flat = [g for pair in pairs for g in pair]
+        self.flat = []
+        self.cuts = []
+        for k in range(grids.NUM_DIHEDRAL):
+            moved = [grids.dihedral(g, k) for g in flat]
+            self.flat.append(np.concatenate([g.ravel() for g in moved]))
+            bounds = np.cumsum([0] + [g.size for g in moved]).tolist()
+            shapes = [bytes(g.shape) for g in moved]
+            self.cuts.append(list(zip(shapes, bounds[:-1], bounds[1:], strict=True)))
+
+    def key(self, k: int, colour_map: np.ndarray) -> bytes:
+        """:func:`puzzle_key` of the task augmented by ``(k, colour_map)``."""
+        data = colour_map[self.flat[k]].tobytes()
+        cuts = self.cuts[k]
+        digests = []
+        for n in range(0, len(cuts), 2):
+            h = hashlib.blake2b(digest_size=16)
+            for shape, start, stop in cuts[n : n + 2]:
+                h.update(shape)
+                h.update(data[start:stop])
+            digests.append(h.digest())
+        return b"".join(sorted(digests))
 
 
 def augment_task(
@@ -97,7 +124,8 @@ def augment_task(
     maps = [grids.IDENTITY_MAP]
     if augment <= 0:
         return np.array(ks, dtype=np.uint8), np.stack(maps)
-    colours = np.unique(np.concatenate([g.ravel() for pair in pairs for g in pair]))
+    transformed = _Transformed(pairs)
+    colours = np.unique(transformed.flat[0])
     seen_keys = {puzzle_key(pairs)}
     tried: set[tuple[int, bytes]] = {(0, colours.tobytes())}
     for _ in range(RETRIES_FACTOR * augment):
@@ -108,9 +136,7 @@ def augment_task(
         if effective in tried:
             continue  # the same augmented task as an earlier try: a duplicate
         tried.add(effective)
-        key = puzzle_key(
-            [(grids.augment(a, k, colour_map), grids.augment(b, k, colour_map)) for a, b in pairs]
-        )
+        key = transformed.key(k, colour_map)
         if key in seen_keys:
             continue
         seen_keys.add(key)

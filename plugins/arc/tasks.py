@@ -87,7 +87,7 @@ class Subset:
     outputs_known: bool
 
 
-def _grid(value: Any, where: str) -> np.ndarray:
+def parse_grid(value: Any, where: str) -> np.ndarray:
     """A grid from JSON; TrmError naming ``where`` unless it is rows of equal length of 0-9."""
     if not isinstance(value, list) or not value:
         raise TrmError(f"{where}: a grid must be a non-empty list of rows")
@@ -117,8 +117,8 @@ def _pairs(value: Any, where: str, outputs_required: bool) -> list[Pair]:
             raise TrmError(f"{at}: must be an object with 'input' (and 'output')")
         if "output" not in item and outputs_required:
             raise TrmError(f"{at}: lacks 'output'")
-        grid_in = _grid(item["input"], f"{at}.input")
-        grid_out = _grid(item["output"], f"{at}.output") if "output" in item else None
+        grid_in = parse_grid(item["input"], f"{at}.input")
+        grid_out = parse_grid(item["output"], f"{at}.output") if "output" in item else None
         pairs.append((grid_in, grid_out))
     return pairs
 
@@ -146,7 +146,7 @@ def _with_solutions(task: ArcTask, solutions: Any, where: str) -> ArcTask:
         raise TrmError(
             f"{where}: needs a list of {len(task.test)} test output grid(s) for task {task.task_id}"
         )
-    outputs = [_grid(g, f"{where}: {task.task_id}[{n}]") for n, g in enumerate(solutions)]
+    outputs = [parse_grid(g, f"{where}: {task.task_id}[{n}]") for n, g in enumerate(solutions)]
     test = tuple((i, o) for (i, _), o in zip(task.test, outputs, strict=True))
     return ArcTask(task.task_id, task.train, test)
 
