@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,9 @@ import pytest
 
 from trm.data.puzzle_dataset import PuzzleDatasetMetadata, open_split, write_split
 from trm.data.sampler import SplitIndex, TrainSampler
+from trm.plugins.arc import grids
+from trm.plugins.arc.evaluator import PASS_KS, ArcEvaluator, ArcTestSet
+from trm.plugins.arc.tasks import ArcTask
 
 # ---------------------------------------------------------------------------------------------
 # The sampler
@@ -157,3 +162,232 @@ def test_the_schedule_counts_an_epoch_in_examples(tmp_path):
 
     sampler = TrainSampler(_split(tmp_path / "a", ARC_LIKE_GROUPS), 5, seed=0)
     assert TrainSpec(global_batch_size=5, epochs=10).total_steps(sampler.epoch_rows) == 38
+
+
+# ---------------------------------------------------------------------------------------------
+# The evaluator: votes, pass@K, submission.json
+
+
+def _grid(rng: np.random.Generator, colours: int = 4) -> np.ndarray:
+    h, w = rng.integers(2, 6, size=2)
+    return rng.integers(0, colours, size=(h, w)).astype(np.uint8)
+
+
+def _task(task_id: str, rng: np.random.Generator, tests: int = 1) -> ArcTask:
+    """A task whose output is its input flipped left-right."""
+    pairs = [(g, np.fliplr(g).copy()) for g in (_grid(rng) for _ in range(3 + tests))]
+    return ArcTask(task_id, tuple(pairs[:3]), tuple(pairs[3:]))
+
+
+def _versions(rng: np.random.Generator, count: int) -> list[tuple[int, np.ndarray]]:
+    """The original and ``count - 1`` random (dihedral id, colour map) augmentations."""
+    out = [(0, grids.IDENTITY_MAP.copy())]
+    while len(out) < count:
+        out.append((int(rng.integers(8)), np.concatenate([[0], rng.permutation(9) + 1])))
+    return out
+
+
+class _Rows:
+    """Test rows of tasks in every given version, as a built test split holds them."""
+
+    def __init__(self, tasks: list[ArcTask], versions: int, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.names = ["<blank>"]
+        inputs, labels, ids = [], [], []
+        for task in tasks:
+            for k, cmap in _versions(rng, versions):
+                name = task.task_id if k == 0 and (cmap == grids.IDENTITY_MAP).all() else None
+                self.names.append(name or grids.augmented_name(task.task_id, k, cmap))
+                for grid_in, grid_out in task.test:
+                    inputs.append(grids.encode(grids.augment(grid_in, k, cmap)))
+                    labels.append(grids.encode(grids.augment(grid_out, k, cmap)))
+                    ids.append(len(self.names) - 1)
+        order = rng.permutation(len(ids))  # rows in any order
+        self.inputs = np.stack(inputs)[order]
+        self.labels = np.stack(labels)[order]
+        self.ids = np.array(ids)[order]
+        self.test_set = ArcTestSet(self.names, tasks)
+
+    def feed(self, evaluator: ArcEvaluator, predictions: np.ndarray, conf=None, batch=5) -> None:
+        conf = np.full(len(self.ids), 0.5) if conf is None else conf
+        for s in range(0, len(self.ids), batch):
+            b = slice(s, s + batch)
+            evaluator.add(self.inputs[b], self.ids[b], predictions[b], conf[b])
+
+
+def _tasks(count: int = 4, seed: int = 1) -> list[ArcTask]:
+    rng = np.random.default_rng(seed)
+    return [_task(f"task{n:04d}", rng, tests=1 + n % 2) for n in range(count)]
+
+
+def test_true_answers_through_random_augmentations_score_pass_at_2_of_one():
+    rows = _Rows(_tasks(), versions=9)
+    evaluator = ArcEvaluator(rows.test_set)
+    rows.feed(evaluator, rows.labels)
+    result = evaluator.result()
+    assert result["pass@1"] == result["pass@2"] == 1.0
+    assert set(result) == {f"pass@{k}" for k in PASS_KS}
+    assert evaluator.rows_matched == evaluator.rows_seen == len(rows.ids)
+
+
+def _spoil(tokens: np.ndarray) -> np.ndarray:
+    """Each answer with its top-left cell set to another colour (still a decodable grid)."""
+    spoiled = tokens.copy()
+    spoiled[:, 0] = np.where(spoiled[:, 0] == 2, 3, 2)
+    return spoiled
+
+
+def test_wrong_answers_score_zero_at_every_k():
+    rows = _Rows(_tasks(), versions=9)
+    evaluator = ArcEvaluator(rows.test_set)
+    rows.feed(evaluator, _spoil(rows.labels))
+    assert set(evaluator.result().values()) == {0.0}
+
+
+def test_answers_left_augmented_do_not_count():
+    """Un-augmenting is needed: the augmented labels un-augmented twice are wrong answers."""
+    rows = _Rows(_tasks(), versions=9)
+    evaluator = ArcEvaluator(rows.test_set)
+    rows.feed(evaluator, rows.labels)
+    originals = [t.test[0][1] for t in rows.test_set.tasks.values()]
+    assert all(
+        np.array_equal(evaluator.attempts(t, 0)[0], o)
+        for t, o in zip(rows.test_set.tasks, originals, strict=True)
+    )
+
+
+def _one_input_task() -> tuple[ArcTask, np.ndarray, np.ndarray, np.ndarray]:
+    """A task with one test input, and grids A (= its output), B and C."""
+    a = np.array([[1, 2], [3, 4]], dtype=np.uint8)
+    task = ArcTask("vote", ((a, a),), ((np.array([[5]], dtype=np.uint8), a),))
+    return task, a, np.array([[4, 3], [2, 1]], dtype=np.uint8), np.array([[7]], dtype=np.uint8)
+
+
+def _votes(task: ArcTask, answers: list[np.ndarray], confidences: list[float]) -> ArcEvaluator:
+    """Each answer as one row of the original version (identifier 1)."""
+    evaluator = ArcEvaluator(ArcTestSet(["<blank>", task.task_id], [task]))
+    n = len(answers)
+    evaluator.add(
+        np.stack([grids.encode(task.test[0][0])] * n),
+        np.ones(n, dtype=np.int64),
+        np.stack([grids.encode(g) for g in answers]),
+        np.array(confidences),
+    )
+    return evaluator
+
+
+def test_the_vote_picks_the_majority_over_a_more_confident_minority():
+    task, a, b, c = _one_input_task()
+    evaluator = _votes(task, [b, a, b, c, b, a], [0.1, 0.99, 0.1, 0.9, 0.1, 0.99])
+    ranked = evaluator.candidates("vote", 0)
+    assert [r.votes for r in ranked] == [3, 2, 1]
+    assert np.array_equal(ranked[0].grid, b) and np.array_equal(ranked[1].grid, a)
+    assert ranked[0].confidence == pytest.approx(0.1)
+    result = evaluator.result()
+    assert (result["pass@1"], result["pass@2"]) == (0.0, 1.0)
+
+
+def test_a_tie_in_votes_goes_to_the_higher_mean_confidence():
+    task, a, b, c = _one_input_task()
+    evaluator = _votes(task, [b, a, b, a, c], [0.5, 0.7, 0.6, 0.5, 1.0])  # means b .55, a .6
+    ranked = evaluator.candidates("vote", 0)
+    assert [np.array_equal(r.grid, g) for r, g in zip(ranked, (a, b, c), strict=True)] == [True] * 3
+    assert evaluator.result()["pass@1"] == 1.0
+    swapped = _votes(task, [b, a, b, a], [0.7, 0.5, 0.6, 0.5])  # means b .65, a .5
+    assert swapped.result()["pass@1"] == 0.0 and swapped.result()["pass@2"] == 1.0
+
+
+def test_a_task_scores_the_fraction_of_its_test_inputs_solved():
+    rng = np.random.default_rng(4)
+    two, one = _task("two", rng, tests=2), _task("one", rng, tests=1)
+    rows = _Rows([two, one], versions=3)
+    predictions = rows.labels.copy()
+    # spoil every row of the second test input of "two"
+    second = np.array(
+        [
+            rows.test_set.version(int(i))[0] == "two"
+            and np.array_equal(
+                grids.unaugment(grids.decode(x), *rows.test_set.version(int(i))[1:]),
+                two.test[1][0],
+            )
+            for x, i in zip(rows.inputs, rows.ids, strict=True)
+        ]
+    )
+    predictions[second] = _spoil(predictions[second])
+    evaluator = ArcEvaluator(rows.test_set)
+    rows.feed(evaluator, predictions)
+    assert evaluator.result()["pass@2"] == pytest.approx((0.5 + 1.0) / 2)
+
+
+def test_submission_json_has_arc_prizes_layout():
+    tasks = _tasks(3)
+    unseen = _task("unseen", np.random.default_rng(9), tests=2)
+    rows = _Rows(tasks, versions=4)
+    test_set = ArcTestSet(rows.names, [*tasks, unseen])
+    evaluator = ArcEvaluator(test_set)
+    rows.feed(evaluator, rows.labels)
+    document = json.loads(json.dumps(evaluator.submission()))
+    assert list(document) == [t.task_id for t in [*tasks, unseen]]
+    for task in [*tasks, unseen]:
+        entries = document[task.task_id]
+        assert isinstance(entries, list) and len(entries) == len(task.test)
+        for n, entry in enumerate(entries):
+            assert set(entry) == {"attempt_1", "attempt_2"}
+            for grid in entry.values():
+                assert isinstance(grid, list) and all(isinstance(r, list) for r in grid)
+                assert all(isinstance(c, int) and 0 <= c <= 9 for r in grid for c in r)
+            if task is unseen:  # no answer at all: a 1x1 black grid, twice
+                assert entry == {"attempt_1": [[0]], "attempt_2": [[0]]}
+            else:  # one candidate: the un-augmented true output, repeated
+                assert entry["attempt_1"] == entry["attempt_2"] == task.test[n][1].tolist()
+
+
+def test_sharded_records_merge_into_the_same_result():
+    rows = _Rows(_tasks(), versions=6)
+    rng = np.random.default_rng(2)
+    predictions = np.where(
+        rng.random(len(rows.ids))[:, None] < 0.4, _spoil(rows.labels), rows.labels
+    )
+    conf = rng.random(len(rows.ids))
+    whole = ArcEvaluator(rows.test_set)
+    rows.feed(whole, predictions, conf)
+    shards = []
+    for part in np.array_split(rng.permutation(len(rows.ids)), 3):
+        shard = ArcEvaluator(rows.test_set)
+        shard.add(rows.inputs[part], rows.ids[part], predictions[part], conf[part])
+        shards.append(pickle.loads(pickle.dumps(shard.records())))
+    merged = ArcEvaluator(rows.test_set)
+    for records in shards:
+        merged.merge(records)
+    assert merged.result() == pytest.approx(whole.result())
+    assert merged.submission() == whole.submission()
+    assert 0 < whole.result()["pass@1"] < 1
+
+
+def test_blank_unknown_and_unmatched_rows_are_ignored():
+    rows = _Rows(_tasks(2), versions=2)
+    evaluator = ArcEvaluator(rows.test_set)
+    stranger = grids.encode(np.full((3, 3), 9, dtype=np.uint8))
+    evaluator.add(
+        np.stack([rows.inputs[0], rows.inputs[0], stranger, np.zeros(900, dtype=np.uint8)]),
+        np.array([0, 999, 1, 1]),
+        np.stack([rows.labels[0]] * 4),
+        np.full(4, 0.5),
+    )
+    assert evaluator.records() == [] and evaluator.rows_seen == 4
+    assert set(evaluator.result().values()) == {0.0}
+
+
+def test_pooling_across_evaluations_is_off_by_default():
+    from trm.spec import TrainSpec
+    from trm.train.task_evaluation import TaskEvaluation
+
+    rows = _Rows(_tasks(2), versions=1)  # one row per test input: one vote per evaluation
+    assert TrainSpec().eval_pool is False
+    for pool, votes_second in ((False, 1), (True, 2)):
+        scoring = TaskEvaluation(make=lambda: ArcEvaluator(rows.test_set), pool=pool)
+        for _ in range(2):
+            evaluator = scoring.start()
+            rows.feed(evaluator, rows.labels)
+            scoring.finish(evaluator)
+        assert {r[3] for r in evaluator.records()} == {votes_second}

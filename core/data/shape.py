@@ -36,7 +36,9 @@ class DatasetShape:
     total_puzzles: int = 0
     total_groups: int = 0
     train_file_bytes: int = 0
-    epoch_rows: int = 0
+    # derived from the groups and their puzzles' sizes, and only an estimate before the data
+    # exist (a source's promise may leave it 0): not part of a shape's identity
+    epoch_rows: int = attrs.field(default=0, eq=False)
 
     @property
     def rows_per_epoch(self) -> int:
