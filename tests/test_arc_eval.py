@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import json
 import pickle
+import struct
+import types
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.conftest import assert_one_line_error
+from trm import TrmError, hookimpl
 from trm.data.puzzle_dataset import PuzzleDatasetMetadata, open_split, write_split
 from trm.data.sampler import SplitIndex, TrainSampler
 from trm.plugins.arc import grids
-from trm.plugins.arc.evaluator import PASS_KS, ArcEvaluator, ArcTestSet
+from trm.plugins.arc.evaluator import PASS_KS, ArcEvaluator, ArcScoring, ArcTestSet
+from trm.plugins.arc.source import ArcBuildOptions, ArcSource
 from trm.plugins.arc.tasks import ArcTask
 
 # ---------------------------------------------------------------------------------------------
@@ -391,3 +397,233 @@ def test_pooling_across_evaluations_is_off_by_default():
             rows.feed(evaluator, rows.labels)
             scoring.finish(evaluator)
         assert {r[3] for r in evaluator.records()} == {votes_second}
+
+
+# ---------------------------------------------------------------------------------------------
+# A built dataset, a tiny run, `trm eval --submission` and `trm solve`
+
+
+class ScoredArcSource(ArcScoring, ArcSource):
+    """The arc source with the scoring methods (until source.py mixes ArcScoring in)."""
+
+
+def _scored_arc_plugins(monkeypatch) -> None:
+    """`trm run`, `eval` and `solve` see the arc source with its scoring methods."""
+    from trm.cli import eval_cmd, run_cmd
+
+    plugin = types.SimpleNamespace()
+
+    @hookimpl
+    def register_data_sources():
+        return [ScoredArcSource()]
+
+    plugin.register_data_sources = register_data_sources
+    for module in (run_cmd, eval_cmd):
+        real = module.load_plugins
+        monkeypatch.setattr(
+            module,
+            "load_plugins",
+            lambda names, real=real: real(names, extra_modules=[("arc", plugin)]),
+        )
+
+
+def _prize_files(folder: Path, subset: str, tasks: list[ArcTask]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    challenges = {
+        t.task_id: {
+            "train": [{"input": i.tolist(), "output": o.tolist()} for i, o in t.train],
+            "test": [{"input": i.tolist()} for i, _ in t.test],
+        }
+        for t in tasks
+    }
+    solutions = {t.task_id: [o.tolist() for _, o in t.test] for t in tasks}
+    (folder / f"arc-agi_{subset}_challenges.json").write_text(json.dumps(challenges))
+    (folder / f"arc-agi_{subset}_solutions.json").write_text(json.dumps(solutions))
+
+
+@pytest.fixture(scope="module")
+def arc_data(tmp_path_factory) -> tuple[Path, list[ArcTask]]:
+    """A built ARC dataset of 3 training and 2 evaluation tasks (one with two test inputs),
+    6 versions each, on an 8x8 canvas."""
+    rng = np.random.default_rng(7)
+    folder = tmp_path_factory.mktemp("tasks")
+    training = [_task(f"trn{n:05d}", rng) for n in range(3)]
+    evaluation = [_task("evl00000", rng, tests=2), _task("evl00001", rng)]
+    _prize_files(folder, "training", training)
+    _prize_files(folder, "evaluation", evaluation)
+    out = tmp_path_factory.mktemp("arc") / "data"
+    options = ArcBuildOptions(tasks=str(folder), augment=6, side=8)
+    ArcSource().build(options, out, 0, lambda _message: None)
+    return out, evaluation
+
+
+def test_a_built_test_split_scores_its_own_labels_perfectly(arc_data):
+    out, evaluation = arc_data
+    source = ScoredArcSource()
+    assert source.primary_metric == "pass@2"
+    assert source.evaluator(out, "train") is None
+    evaluator = source.evaluator(out, "test")
+    index = SplitIndex(open_split(out / "test"))
+    rows = index.gather(np.arange(index.num_examples))
+    labels = np.where(rows["labels"] == -100, 0, rows["labels"])
+    evaluator.add(rows["inputs"], rows["puzzle_identifiers"], labels, np.full(len(labels), 0.5))
+    assert evaluator.result()["pass@2"] == 1.0
+    assert evaluator.rows_matched == index.num_examples
+    assert sorted(evaluator.submission()) == [t.task_id for t in evaluation]
+
+
+def test_an_arc_dataset_without_its_test_tasks_is_one_error(arc_data, tmp_path):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(arc_data[0], copy)
+    (copy / "test_puzzles.json").unlink()
+    with pytest.raises(TrmError, match=r"test_puzzles\.json is missing"):
+        ScoredArcSource().evaluator(copy, "test")
+
+
+ARC_SPEC = """\
+name = "arc-tiny"
+
+[arch]
+hidden_size = 16
+expansion = 2.0
+num_heads = 2
+L_layers = 1
+H_cycles = 1
+L_cycles = 1
+pos_encodings = "none"
+mlp_t = true
+puzzle_emb_ndim = 16
+puzzle_emb_len = 1
+halt_max_steps = 2
+
+[train]
+global_batch_size = 16
+max_steps = 2
+lr_warmup_steps = 1
+eval_interval = 1
+checkpoint_interval_steps = 1
+
+[data]
+source = "arc"
+dir = "{data}"
+
+[runtime]
+device = "cpu"
+precision = "fp32"
+threads = 1
+"""
+
+
+@pytest.fixture(scope="module")
+def arc_run(arc_data, tmp_path_factory):
+    """Two steps of a tiny model on the built dataset, evaluated after each."""
+    from trm.cli.main import main
+
+    out, _ = arc_data
+    folder = tmp_path_factory.mktemp("run")
+    spec = folder / "arc-tiny.toml"
+    spec.write_text(ARC_SPEC.format(data=out))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _scored_arc_plugins(monkeypatch)
+        assert main(["run", str(spec), "--out", str(folder / "run")]) == 0
+    return folder / "run"
+
+
+def test_eval_rows_carry_pass_at_k_and_pass_at_2_picks_the_best(arc_run):
+    rows = [json.loads(line) for line in (arc_run / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in rows if r.get("kind") == "eval"]
+    assert len(evals) == 2
+    for row in evals:
+        assert {"exact_accuracy", "cell_accuracy", "pass@1", "pass@2", "pass@1000"} <= set(row)
+    summary = json.loads((arc_run / "summary.json").read_text())
+    assert summary["best_metric"] == "pass@2"
+    assert summary["best_value"] == max(r["pass@2"] for r in evals)
+
+
+def test_trm_eval_writes_submission_json(arc_run, arc_data, tmp_path, cli, monkeypatch):
+    _scored_arc_plugins(monkeypatch)
+    target = tmp_path / "submission.json"
+    result = cli("eval", arc_run, "--submission", target, "--json")
+    assert result.code == 0, result.err
+    scores = json.loads(result.out)
+    assert 0.0 <= scores["pass@1"] <= scores["pass@2"] <= 1.0
+    document = json.loads(target.read_text())
+    _, evaluation = arc_data
+    assert sorted(document) == [t.task_id for t in evaluation]
+    assert [len(document[t.task_id]) for t in evaluation] == [2, 1]
+    assert all(set(entry) == {"attempt_1", "attempt_2"} for t in document.values() for entry in t)
+
+
+def test_a_submission_the_source_cannot_make_is_refused_before_evaluating(
+    arc_run, tmp_path, cli, monkeypatch
+):
+    _scored_arc_plugins(monkeypatch)
+    result = cli("eval", arc_run, "--split", "train", "--submission", tmp_path / "s.json")
+    assert_one_line_error(result, "no submission format")
+    result = cli("eval", arc_run, "--submission", tmp_path / "no" / "s.json")
+    assert_one_line_error(result, "does not exist")
+
+
+def test_trm_solve_shows_attempts_and_writes_a_png(arc_run, arc_data, tmp_path, cli, monkeypatch):
+    _scored_arc_plugins(monkeypatch)
+    _, evaluation = arc_data
+    picture = tmp_path / "task.png"
+    result = cli("solve", arc_run, "evl00000", "--png", picture, "--json")
+    assert result.code == 0, result.err
+    document = json.loads(result.out)
+    assert document["in_dataset"] is True and document["rows"] == 2 * (1 + 6)
+    assert len(document["tests"]) == 2
+    for n, test in enumerate(document["tests"]):
+        assert test["input"] == evaluation[0].test[n][0].tolist()
+        assert test["solution"] == evaluation[0].test[n][1].tolist()
+        for a in (1, 2):
+            right = test[f"attempt_{a}"] == test["solution"]
+            assert test[f"correct_{a}"] is right
+    assert picture.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    shown = cli("solve", arc_run, "evl00001", "--png", tmp_path / "b.png")
+    assert shown.code == 0, shown.err
+    assert "attempt 1" in shown.out and "solution" in shown.out
+
+
+def test_trm_solve_takes_a_task_file_outside_the_dataset(arc_run, tmp_path, cli, monkeypatch):
+    _scored_arc_plugins(monkeypatch)
+    task = _task("fresh", np.random.default_rng(11))
+    file = tmp_path / "fresh.json"
+    file.write_text(
+        json.dumps(
+            {
+                "train": [{"input": i.tolist(), "output": o.tolist()} for i, o in task.train],
+                "test": [{"input": i.tolist()} for i, _ in task.test],
+            }
+        )
+    )
+    result = cli("solve", arc_run, file, "--png", tmp_path / "f.png", "--json")
+    assert result.code == 0, result.err
+    document = json.loads(result.out)
+    assert document["task"] == "fresh" and document["in_dataset"] is False
+    assert document["tests"][0]["correct_1"] is None  # no solution given
+    unknown = cli("solve", arc_run, "nosuchtask", "--png", tmp_path / "x.png")
+    assert_one_line_error(unknown, "nosuchtask", "test tasks")
+
+
+def test_the_png_holds_the_grid_colours():
+    from trm.plugins.arc import render
+
+    grid = np.array([[0, 1], [4, 9]], dtype=np.uint8)  # no red, green or grey cells
+    pixels = render.panel_rows([[(grid, render.frame_colour(True))]])
+    data = render.png_bytes(pixels)
+    assert data.startswith(b"\x89PNG\r\n\x1a\n")
+    width, height = struct.unpack(">II", data[16:24])
+    assert (height, width) == pixels.shape[:2]
+    start = data.index(b"IDAT") + 4
+    length = struct.unpack(">I", data[start - 8 : start - 4])[0]
+    raw = np.frombuffer(zlib.decompress(data[start : start + length]), dtype=np.uint8)
+    rows = raw.reshape(height, 1 + 3 * width)
+    assert (rows[:, 0] == 0).all()
+    decoded = rows[:, 1:].reshape(height, width, 3)
+    np.testing.assert_array_equal(decoded, pixels)
+    colours = {tuple(c) for c in decoded.reshape(-1, 3).tolist()}
+    assert {tuple(render.PALETTE[c]) for c in (0, 1, 4, 9)} <= colours
+    assert render.RIGHT in colours and render.WRONG not in colours

@@ -96,22 +96,25 @@ def framed(pixels: np.ndarray, colour: tuple[int, int, int] | None) -> np.ndarra
 def panel_rows(
     rows: Sequence[Sequence[tuple[np.ndarray, tuple[int, int, int] | None]]],
 ) -> np.ndarray:
-    """One RGB picture of rows of framed grids ``(grid, frame colour or None)``, top-aligned,
-    with :data:`GAP_PX` of white around and between them."""
+    """One RGB picture of rows of framed grids ``(grid, frame colour or None)``: the n-th
+    grids of all rows share a column, each top-left aligned in its cell, with
+    :data:`GAP_PX` of white around and between them."""
     cell = cell_px([g for row in rows for g, _ in row])
     pictures = [[framed(grid_pixels(g, cell), colour) for g, colour in row] for row in rows]
     heights = [max(p.shape[0] for p in row) for row in pictures]
-    widths = [sum(p.shape[1] for p in row) + GAP_PX * (len(row) - 1) for row in pictures]
+    columns = max(len(row) for row in pictures)
+    widths = [max(row[n].shape[1] for row in pictures if n < len(row)) for n in range(columns)]
     canvas = np.empty(
-        (sum(heights) + GAP_PX * (len(rows) + 1), max(widths) + 2 * GAP_PX, 3), dtype=np.uint8
+        (sum(heights) + GAP_PX * (len(rows) + 1), sum(widths) + GAP_PX * (columns + 1), 3),
+        dtype=np.uint8,
     )
     canvas[:] = WHITE
     top = GAP_PX
     for row, height in zip(pictures, heights, strict=True):
         left = GAP_PX
-        for p in row:
+        for p, width in zip(row, widths, strict=False):
             canvas[top : top + p.shape[0], left : left + p.shape[1]] = p
-            left += p.shape[1] + GAP_PX
+            left += width + GAP_PX
         top += height + GAP_PX
     return canvas
 

@@ -186,14 +186,15 @@ def _test_report(evaluator: ArcEvaluator, task: ArcTask, n: int) -> dict[str, An
 
 
 def _caption(a: int, candidate: Candidate | None, correct: bool | None) -> Text:
-    what = f"attempt {a + 1}"
+    """A column title: the attempt, its votes and mean confidence, and its verdict."""
+    text = Text(f"attempt {a + 1}\n")
     if candidate is None:
-        what += " (no answer)" if a == 0 else " (= attempt 1)"
+        text.append("no answer" if a == 0 else "= attempt 1")
     else:
-        what += f": {candidate.votes} votes, confidence {candidate.confidence:.3f}"
-    text = Text(what)
+        votes = f"{candidate.votes} vote" + ("" if candidate.votes == 1 else "s")
+        text.append(f"{votes}, conf. {candidate.confidence:.3f}")
     if correct is not None:
-        text.append(" right" if correct else " wrong", style="bold green" if correct else "red")
+        text.append("\nright" if correct else "\nwrong", style="bold green" if correct else "red")
     return text
 
 
