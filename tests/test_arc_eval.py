@@ -17,7 +17,8 @@ from trm import TrmError, hookimpl
 from trm.data.puzzle_dataset import PuzzleDatasetMetadata, open_split, write_split
 from trm.data.sampler import SplitIndex, TrainSampler
 from trm.plugins.arc import grids
-from trm.plugins.arc.evaluator import PASS_KS, ArcEvaluator, ArcScoring, ArcTestSet
+from trm.plugins.arc.evaluator import PASS_KS, ArcEvaluator, ArcTestSet
+from trm.plugins.arc.scoring import ArcScoring
 from trm.plugins.arc.source import ArcBuildOptions, ArcSource
 from trm.plugins.arc.tasks import ArcTask
 

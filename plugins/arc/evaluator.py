@@ -42,7 +42,6 @@ from typing import Any
 import numpy as np
 from attrs import frozen
 
-from trm.data.evaluator import RunRows, TaskSolution
 from trm.data.puzzle_dataset import read_identifiers
 from trm.errors import TrmError
 from trm.plugins.arc import grids
@@ -262,31 +261,3 @@ class ArcEvaluator:
             ]
             for task_id, task in self.test_set.tasks.items()
         }
-
-
-class ArcScoring:
-    """The ARC data source's scoring methods, to mix into its DataSource class:
-    ``primary_metric`` (pass@2 picks the best checkpoint), ``evaluator`` (this module) and
-    ``solve_task`` (:mod:`trm.plugins.arc.solve`)."""
-
-    primary_metric = PRIMARY_METRIC
-
-    def evaluator(self, data_dir: Path, split: str) -> ArcEvaluator | None:
-        """An empty evaluator for ``data_dir/test`` (None for other splits: their inputs are
-        no test inputs); TrmError when the dataset lacks its identifiers or test tasks."""
-        if split != "test":
-            return None
-        return ArcEvaluator(ArcTestSet.from_dataset(Path(data_dir)))
-
-    def solve_task(
-        self,
-        argument: str,
-        data_dir: Path | None,
-        seq_len: int,
-        run: RunRows,
-        picture: Path | None,
-    ) -> TaskSolution:
-        """``trm solve`` for an ARC task (see :func:`trm.plugins.arc.solve.solve_task`)."""
-        from trm.plugins.arc.solve import solve_task  # solve imports this module
-
-        return solve_task(argument, data_dir, seq_len, run, picture)
