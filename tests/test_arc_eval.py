@@ -628,3 +628,27 @@ def test_the_png_holds_the_grid_colours():
     colours = {tuple(c) for c in decoded.reshape(-1, 3).tolist()}
     assert {tuple(render.PALETTE[c]) for c in (0, 1, 4, 9)} <= colours
     assert render.RIGHT in colours and render.WRONG not in colours
+
+
+def test_the_best_evaluation_is_judged_by_the_primary_metric():
+    from trm.train.task_evaluation import record_best
+
+    state = types.SimpleNamespace(
+        best_metric="exact_accuracy", best_value=0.0, best_exact_accuracy=0.0, best_step=0, step=0
+    )
+    evaluations = [
+        (10, {"exact_accuracy": 0.5, "pass@2": 0.2}),
+        (20, {"exact_accuracy": 0.7, "pass@2": 0.1}),  # better exact, worse pass@2
+        (30, {"exact_accuracy": 0.4, "pass@2": 0.3}),
+    ]
+    improved = []
+    for step, result in evaluations:
+        state.step = step
+        improved.append(record_best(state, result, "pass@2"))
+    assert improved == [True, False, True]
+    assert (state.best_step, state.best_metric, state.best_value) == (30, "pass@2", 0.3)
+    assert state.best_exact_accuracy == 0.4
+    # a source without the metric in its results falls back to exact accuracy
+    state.step = 40
+    assert record_best(state, {"exact_accuracy": 0.9}, "pass@2") is True
+    assert (state.best_metric, state.best_value) == ("exact_accuracy", 0.9)
