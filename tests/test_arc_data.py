@@ -594,5 +594,36 @@ def test_tiers_never_shrink_the_puzzle_table_and_say_when_it_does_not_fit():
     assert not any("puzzle_emb" in c.key for c in changes)
 
 
+# --- learning: the CPU preset, briefly --------------------------------------------------------
+
+
+def test_the_cpu_preset_learns_held_out_cells_far_above_an_untrained_model(tmp_path):
+    """specs/arc-cpu.toml trained for 120 of its 400 steps: cell accuracy on its held-out test
+    rows (the evaluation tasks' test inputs, all versions) far above an untrained model's
+    (shared 2-core Xeon: 31% at step 100, 55% at step 400; untrained 4-18% over seeds)."""
+    import torch
+
+    from trm.cli.main import main
+    from trm.data.sampler import SplitIndex
+    from trm.model import build_model
+    from trm.spec import load_spec
+    from trm.train.evaluate import evaluate
+
+    run_dir = tmp_path / "run"
+    args = ["run", "arc-cpu", "--out", str(run_dir), "--set", "train.max_steps=120"]
+    assert main([*args, "--set", "train.eval_interval=120"]) == 0
+    rows = (run_dir / "metrics.jsonl").read_text().splitlines()
+    trained = [json.loads(r) for r in rows if '"kind": "eval"' in r][-1]
+    spec = load_spec(run_dir / "spec.toml")
+    torch.manual_seed(spec.train.seed)
+    model = build_model(spec.arch, read_shape(run_dir / "data", "train"))
+    index = SplitIndex(open_split(run_dir / "data" / "test"))
+    untrained = evaluate(model, index, spec.arch.halt_max_steps, 64, torch.device("cpu"), None)
+    assert trained["examples"] == untrained["examples"] == 90
+    assert untrained["cell_accuracy"] < 0.2, untrained
+    assert trained["cell_accuracy"] >= 0.25, trained
+    assert trained["cell_accuracy"] >= untrained["cell_accuracy"] + 0.12
+
+
 def _quiet(_message: str) -> None:
     pass

@@ -21,6 +21,10 @@ identifiers.json carry): 0 identity, 1 ``np.rot90`` once (90° counter-clockwise
 **Colour maps**: a length-10 uint8 permutation with ``colour_map[0] == 0`` (black stays);
 ``colour_map[c]`` is the new colour of colour ``c``.
 
+**Smaller canvases**: :func:`encode` takes ``side`` (default 30) and :func:`decode` reads the
+side from the row's length, so builds of small grids (``trm data build arc --side 6``) use
+``side * side`` tokens with the same layout.
+
 **Names**: an augmented task version is named ``f"{task_id}|||t{k}|||{digits}"`` where
 ``digits`` are the ten entries of the colour map; the original task is its plain id.
 """

@@ -239,20 +239,20 @@ def _place(
     side: int,
 ) -> None:
     """Write grids ``stack [n, h, w]`` into ``canvas`` rows ``rows`` at their offsets, with EOS
-    (:func:`trm.plugins.arc.grids.encode`, vectorised)."""
+    (:func:`trm.plugins.arc.grids.encode`, vectorised; ``canvas`` is C-contiguous)."""
     _, h, w = stack.shape
+    flat = canvas.reshape(-1)
+    base = rows * (side * side)  # [n]
     r = tops[:, None] + np.arange(h)  # [n, h]
     c = lefts[:, None] + np.arange(w)  # [n, w]
-    flat = r[:, :, None] * side + c[:, None, :]
-    canvas[rows[:, None, None], flat] = stack + grids.COLOUR_OFFSET
+    cells = base[:, None, None] + r[:, :, None] * side + c[:, None, :]
+    flat[cells] = stack + grids.COLOUR_OFFSET
     below = tops + h < side
     if below.any():
-        cells = (tops[below, None] + h) * side + c[below]
-        canvas[rows[below, None], cells] = grids.EOS
+        flat[base[below, None] + (tops[below, None] + h) * side + c[below]] = grids.EOS
     right = lefts + w < side
     if right.any():
-        cells = r[right] * side + (lefts[right, None] + w)
-        canvas[rows[right, None], cells] = grids.EOS
+        flat[base[right, None] + r[right] * side + (lefts[right, None] + w)] = grids.EOS
 
 
 def _encode_group(
@@ -407,8 +407,7 @@ class ArcSource:
             c = _write_split(out_dir, split, plans, first_id, identifiers, options.side, rng, log)
             log(f"arc: {split}: {c.examples:,} examples, {c.puzzles:,} puzzles, {c.groups} groups")
         test_tasks = {p.task.task_id: p.task.to_json() for p in plans if p.is_test}
-        with open(out_dir / TEST_PUZZLES_FILE, "w", encoding="utf-8") as f:
-            json.dump(test_tasks, f)
+        (out_dir / TEST_PUZZLES_FILE).write_text(json.dumps(test_tasks), encoding="utf-8")
         log(f"arc: built in {time.monotonic() - started:.0f} s")
 
     def format_grid(self, tokens: np.ndarray) -> str:
