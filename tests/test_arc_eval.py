@@ -652,3 +652,15 @@ def test_the_best_evaluation_is_judged_by_the_primary_metric():
     state.step = 40
     assert record_best(state, {"exact_accuracy": 0.9}, "pass@2") is True
     assert (state.best_metric, state.best_value) == ("exact_accuracy", 0.9)
+
+
+def test_an_arc_train_epoch_reads_each_task_once_with_all_its_pairs(arc_data):
+    out, _ = arc_data
+    index = SplitIndex(open_split(out / "train"))
+    sampler = TrainSampler(index, 16, seed=0)
+    # 3 training tasks: 3 demonstrations + 1 test pair each; 2 evaluation tasks: 3 each
+    assert sampler.epoch_rows == 3 * 4 + 2 * 3
+    order = sampler.epoch_order(0)
+    runs = _runs_of_one_puzzle(index, order)
+    assert len(runs) == index.num_groups == 5
+    assert sorted(n for _, n in runs) == [3, 3, 4, 4, 4]
