@@ -82,15 +82,19 @@ class TrainSpec:
     seed: int = 0
     eval_interval: int = 0
     eval_max_examples: int = 0
+    # a task evaluator (ARC's vote) pools the predictions of every evaluation of the run, as
+    # the reference does unless reset; false: each evaluation starts empty
+    eval_pool: bool = False
     checkpoint_interval_steps: int = 0
     checkpoint_keep: int = 3
 
-    def total_steps(self, train_groups: int) -> int:
-        """Steps of the whole schedule: ``max_steps``, else ``epochs`` over ``train_groups``
-        (the train split's groups; one group is drawn per row of a step)."""
+    def total_steps(self, epoch_rows: int) -> int:
+        """Steps of the whole schedule: ``max_steps``, else ``epochs`` of ``epoch_rows`` rows
+        (the examples one epoch reads: one puzzle per group with all its examples, so the
+        train split's groups when every puzzle has one example; see trm.data.sampler)."""
         if self.max_steps > 0:
             return self.max_steps
-        return max(1, math.ceil(self.epochs * max(train_groups, 1) / self.global_batch_size))
+        return max(1, math.ceil(self.epochs * max(epoch_rows, 1) / self.global_batch_size))
 
 
 @frozen

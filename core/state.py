@@ -32,9 +32,11 @@ class TrainState:
 
     ``step`` counts finished optimizer steps; the sampler reads step ``step`` next, so
     ``step`` is also the data-order position and the lr-schedule position. ``best_step`` is
-    the step whose evaluation set ``best_exact_accuracy`` (0 before any evaluation).
-    ``rank_parts`` is set on rank 0 only while a data-parallel run saves: every rank's carry
-    rows, RNG states and micro-batch, in rank order (see ``state_dict``).
+    the step of the best evaluation (0 before any): the highest ``best_value`` of the metric
+    ``best_metric`` (the data source's primary metric, exact accuracy by default);
+    ``best_exact_accuracy`` is that evaluation's exact accuracy. ``rank_parts`` is set on rank
+    0 only while a data-parallel run saves: every rank's carry rows, RNG states and
+    micro-batch, in rank order (see ``state_dict``).
     ``wall_s_before`` is the training wall time of the run up to its last checkpoint or end
     (the loop's stopwatch keeps it); ``checkpoint_step`` the step of the newest checkpoint
     written or resumed from (None: none yet; not saved).
@@ -52,6 +54,8 @@ class TrainState:
     micro_batch_size: int = 0
     best_exact_accuracy: float = 0.0
     best_step: int = 0
+    best_metric: str = "exact_accuracy"
+    best_value: float = 0.0
     last_eval: dict[str, float] = field(factory=dict)
     wall_s_before: float = 0.0
     checkpoint_step: int | None = None
@@ -108,6 +112,8 @@ class TrainState:
             "micro_batch_size": self.micro_batch_size,
             "best_exact_accuracy": self.best_exact_accuracy,
             "best_step": self.best_step,
+            "best_metric": self.best_metric,
+            "best_value": self.best_value,
             "last_eval": dict(self.last_eval),
             "wall_s": self.wall_s_before,
             "data_dir": self.data_dir,
@@ -139,6 +145,8 @@ class TrainState:
         self.micro_batch_size = int(payload.get("micro_batch_size") or self.micro_batch_size)
         self.best_exact_accuracy = float(payload.get("best_exact_accuracy", 0.0))
         self.best_step = int(payload.get("best_step", 0))
+        self.best_metric = str(payload.get("best_metric", "exact_accuracy"))
+        self.best_value = float(payload.get("best_value", self.best_exact_accuracy))
         self.last_eval = dict(payload.get("last_eval") or {})
         self.wall_s_before = float(payload.get("wall_s", 0.0))
         restore_rng(payload["rng"])

@@ -133,6 +133,8 @@ def save_checkpoint(state: TrainState, run_dir: Path, reason: str) -> Path:
             "step": state.step,
             "exact_accuracy": state.best_exact_accuracy,
             "cell_accuracy": state.last_eval.get("cell_accuracy"),
+            "metric": state.best_metric,
+            "value": state.best_value,
         }
         write_atomic(
             folder / BEST_FILE, lambda handle: handle.write(json.dumps(record).encode() + b"\n")

@@ -133,6 +133,8 @@ class Progress:
             f"eval @ step {state.step}: exact accuracy {metrics['exact_accuracy']:.2%}, "
             f"cell accuracy {metrics['cell_accuracy']:.2%} ({metrics['examples']} held-out)"
         )
+        if state.best_metric != "exact_accuracy" and state.best_metric in metrics:
+            text += f", {state.best_metric} {metrics[state.best_metric]:.2%}"
         if self.tty:
             sys.stdout.write("\r\033[K")
         sys.stdout.write(text + "\n")
@@ -144,6 +146,9 @@ class Progress:
             sys.stdout.write("\n")
         best = summary.get("best_exact_accuracy")
         accuracy = "no evaluation ran" if best is None else f"best exact accuracy {best:.2%}"
+        metric = summary.get("best_metric", "exact_accuracy")
+        if best is not None and metric != "exact_accuracy":
+            accuracy = f"best {metric} {summary['best_value']:.2%} (exact accuracy {best:.2%})"
         print(
             f"done: {summary['steps']} steps, {summary['samples']} samples in "
             f"{_format_duration(summary['wall_s'])}; {accuracy} ({summary['stopped']})"

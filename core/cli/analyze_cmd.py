@@ -77,7 +77,7 @@ def tier_rows(
             speed = measured[index]
             rate, source = speed.samples_per_s, speed.describe()
             train = plan.spec.train
-            samples = train.total_steps(plan.dataset.total_groups) * train.global_batch_size
+            samples = train.total_steps(plan.dataset.rows_per_epoch) * train.global_batch_size
             finish_s = samples / rate
         rows.append(
             {
@@ -95,7 +95,7 @@ def tier_rows(
                 "fits": tier.fits,
                 "samples_per_s": rate,
                 "samples_per_s_source": source,
-                "steps": plan.spec.train.total_steps(plan.dataset.total_groups),
+                "steps": plan.spec.train.total_steps(plan.dataset.rows_per_epoch),
                 "time_to_finish_s": finish_s,
                 "shrunk": tier.shrunk,
             }

@@ -1,21 +1,28 @@
-"""``trm eval CHECKPOINT`` and ``trm solve CHECKPOINT PUZZLE``.
+"""``trm eval CHECKPOINT [--submission FILE]`` and ``trm solve CHECKPOINT PUZZLE|TASK``.
 
 Bad input (a file that is not a checkpoint, a missing split, data of another shape than the
-model, a malformed puzzle) is one TrmError line. A puzzle the data source's solver proves
-unsolvable is not an error: ``trm solve`` shows the model's answer and says so.
+model, a malformed puzzle, a submission for a task that has no submission format) is one
+TrmError line. A puzzle the data source's solver proves unsolvable is not an error: ``trm
+solve`` shows the model's answer and says so. A source with a task evaluator (ARC) adds its
+scores to ``trm eval``; one with ``solve_task`` solves a whole task (many rows) in ``trm
+solve``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from rich.console import Console
 
 from trm.cli.common import non_negative_int, positive_int
 from trm.cli.output import info, print_json
+from trm.data.evaluator import RunRows, TaskEvaluator
 from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
 from trm.device.transfer import to_device
@@ -24,7 +31,7 @@ from trm.plan.dataset import find_data_source
 from trm.plan.pipeline import detect_hardware, runtime_here
 from trm.plugin_manager import TrmPluginManager, load_plugins
 from trm.spec import RunSpec
-from trm.train.evaluate import evaluate, predict
+from trm.train.evaluate import confidence, evaluate, predict, predict_with_halt
 from trm.train.inference import (
     check_eval_data,
     checkpoint_shape,
@@ -32,6 +39,8 @@ from trm.train.inference import (
     restore_model,
 )
 
+# Rows ``trm solve`` runs through the model at once for a task of many rows.
+SOLVE_BATCH = 64
 # Characters a puzzle written as text may consist of; such an argument is never a folder.
 _PUZZLE_CHARS = set("0123456789.|-+ \t")
 
@@ -48,12 +57,30 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
         help="score only the first N (0, the default: all)",
     )
     ev.add_argument("--batch-size", type=positive_int, default=256, help="examples per batch")
+    ev.add_argument(
+        "--submission",
+        type=Path,
+        help="write the answers in the task's submission format (ARC Prize's submission.json)",
+    )
     ev.add_argument("--json", action="store_true", help="print one JSON document")
     ev.set_defaults(func=run_eval)
 
     solve = commands.add_parser("solve", parents=[common], help="solve one puzzle")
     solve.add_argument("checkpoint", type=Path, help="a checkpoint file or a run directory")
-    solve.add_argument("puzzle", help="the puzzle as text ('.' or 0 for blanks) or a file path")
+    solve.add_argument(
+        "puzzle",
+        help="the puzzle as text ('.' or 0 for blanks) or a file path; for ARC a task id of "
+        "the dataset's test_puzzles.json or a task JSON file",
+    )
+    solve.add_argument(
+        "--data", type=Path, help="dataset directory (default: the one trained on; ARC)"
+    )
+    solve.add_argument(
+        "--png",
+        type=Path,
+        help="where a task that draws its answer writes the picture (ARC; default: TASK.png "
+        "in the current folder)",
+    )
     solve.add_argument("--json", action="store_true", help="print one JSON document")
     solve.set_defaults(func=run_solve)
 
@@ -118,6 +145,8 @@ def run_eval(args: argparse.Namespace) -> int:
     data_dir = _data_dir(args, payload)
     split = args.split if args.split is not None else spec.data.eval_split
     check_eval_data(payload, data_dir, split, given=args.split is not None)
+    source = _source(pm, spec)
+    evaluator = _task_evaluator(source, data_dir, split, args.submission)
     index = SplitIndex(open_split(data_dir / split))
     result = evaluate(
         model,
@@ -127,8 +156,12 @@ def run_eval(args: argparse.Namespace) -> int:
         device,
         runtime.autocast_dtype,
         args.max_examples,
-        getattr(_source(pm, spec), "task_metrics", None),
+        getattr(source, "task_metrics", None),
+        evaluator,
     )
+    if args.submission is not None:
+        _write_submission(args.submission, evaluator)
+        info(f"wrote {args.submission}")
     result = {
         "checkpoint": str(args.checkpoint),
         "step": payload.get("step"),
@@ -145,6 +178,47 @@ def run_eval(args: argparse.Namespace) -> int:
             + "".join(f", {_metric_name(k)} {v:.2%}" for k, v in _task_values(result).items())
         )
     return 0
+
+
+def _task_evaluator(
+    source: Any, data_dir: Path, split: str, submission: Path | None
+) -> TaskEvaluator | None:
+    """The source's task evaluator for ``data_dir/split`` (None: it has none); TrmError,
+    before anything is evaluated, when ``--submission`` cannot be written."""
+    factory = getattr(source, "evaluator", None)
+    evaluator = factory(data_dir, split) if callable(factory) else None
+    if submission is None:
+        return evaluator
+    if evaluator is None:
+        raise TrmError(
+            f"--submission: the {source.name} source has no submission format for split "
+            f"{split!r}; leave --submission out"
+        )
+    folder = submission.expanduser().parent
+    if submission.is_dir() or not folder.is_dir():
+        raise TrmError(
+            f"--submission {submission}: "
+            + ("is a folder" if submission.is_dir() else f"folder {folder} does not exist")
+            + "; give a file path such as submission.json"
+        )
+    return evaluator
+
+
+def _write_submission(path: Path, evaluator: TaskEvaluator | None) -> None:
+    """Write the evaluator's submission document as JSON (atomically: a temporary file
+    renamed over ``path``)."""
+    assert evaluator is not None  # _task_evaluator refused this before the evaluation
+    document = evaluator.submission()
+    path = path.expanduser()
+    temporary = path.with_name(path.name + ".tmp")
+    try:
+        temporary.write_text(json.dumps(document) + "\n", encoding="utf-8")
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise TrmError(
+            f"--submission {path} cannot be written ({exc.strerror or exc}); check the folder"
+        ) from None
 
 
 def _task_values(result: dict[str, Any]) -> dict[str, float]:
@@ -227,10 +301,78 @@ def _source(pm: TrmPluginManager, spec: RunSpec) -> Any:
         ) from None
 
 
+def _solve_data_dir(args: argparse.Namespace, payload: dict) -> Path | None:
+    """``--data`` (checked), else the checkpoint's dataset when it is still there, else None."""
+    if args.data is not None:
+        return _data_dir(args, payload)
+    recorded = payload.get("data_dir")
+    if isinstance(recorded, str) and recorded and Path(recorded).is_dir():
+        return Path(recorded)
+    return None
+
+
+def _row_runner(model: Any, payload: dict, spec: RunSpec, runtime: Any) -> RunRows:
+    """The model as :data:`trm.data.evaluator.RunRows`, in batches of SOLVE_BATCH rows."""
+    device = torch.device(runtime.device)
+    shape = checkpoint_shape(payload)
+
+    def run(inputs: np.ndarray, identifiers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        inputs = np.asarray(inputs, dtype=np.int64).reshape(-1, shape.seq_len)
+        identifiers = np.asarray(identifiers, dtype=np.int64).reshape(-1)
+        if len(identifiers) != len(inputs) or (
+            len(identifiers)
+            and not 0 <= identifiers.min() <= identifiers.max() < shape.num_puzzle_identifiers
+        ):
+            raise TrmError(
+                f"the {spec.data.source} source asked to solve rows whose puzzle identifiers "
+                f"do not fit the model's {shape.num_puzzle_identifiers}; is --data the "
+                "dataset this checkpoint was trained on?"
+            )
+        answers, confidences = [], []
+        for start in range(0, len(inputs), SOLVE_BATCH):
+            rows = slice(start, start + SOLVE_BATCH)
+            batch = {"inputs": inputs[rows], "labels": inputs[rows]}
+            batch = to_device({**batch, "puzzle_identifiers": identifiers[rows]}, device)
+            tokens, q_halt = predict_with_halt(
+                model, batch, spec.arch.halt_max_steps, device, runtime.autocast_dtype
+            )
+            answers.append(tokens.cpu().numpy())
+            confidences.append(confidence(q_halt))
+        if not answers:
+            return np.zeros((0, shape.seq_len), dtype=np.int64), np.zeros(0)
+        return np.concatenate(answers), np.concatenate(confidences)
+
+    return run
+
+
+def _solve_task(
+    args: argparse.Namespace, payload: dict, spec: RunSpec, runtime: Any, model: Any, source: Any
+) -> int:
+    """``trm solve`` through the source's ``solve_task`` (a task of many rows)."""
+    data_dir = _solve_data_dir(args, payload)
+    if data_dir is not None:
+        check_eval_data(payload, data_dir, spec.data.eval_split, given=False)
+    run = _row_runner(model, payload, spec, runtime)
+    seq_len = checkpoint_shape(payload).seq_len
+    solution = source.solve_task(args.puzzle, data_dir, seq_len, run, args.png)
+    if args.json:
+        print_json(solution.document)
+    elif isinstance(solution.view, str):
+        print(solution.view)
+    else:
+        Console(highlight=False).print(solution.view)
+    if solution.picture is not None:
+        info(f"wrote {solution.picture}")
+    info(f"solved with {spec.name} at step {payload.get('step')}")
+    return 0
+
+
 def run_solve(args: argparse.Namespace) -> int:
     pm, payload, runtime, spec, model = _restore(args)
     device = torch.device(runtime.device)
     source = _source(pm, spec)
+    if callable(getattr(source, "solve_task", None)):
+        return _solve_task(args, payload, spec, runtime, model, source)
     question = _parse(source, args.puzzle, checkpoint_shape(payload).seq_len)
     batch = to_device(
         {

@@ -25,7 +25,9 @@ class DatasetShape:
     """Shape of a dataset's train split (from dataset.json, or a source's promise).
 
     ``total_puzzles``, ``total_groups`` and ``train_file_bytes`` (its inputs and labels files)
-    are of the train split; 0 when not known.
+    are of the train split; 0 when not known. ``epoch_rows`` is the examples one epoch reads
+    (one puzzle per group, all its examples); 0 when not known or when every puzzle has one
+    example (then it is ``total_groups``: see :attr:`rows_per_epoch`).
     """
 
     seq_len: int
@@ -34,6 +36,14 @@ class DatasetShape:
     total_puzzles: int = 0
     total_groups: int = 0
     train_file_bytes: int = 0
+    # derived from the groups and their puzzles' sizes, and only an estimate before the data
+    # exist (a source's promise may leave it 0): not part of a shape's identity
+    epoch_rows: int = attrs.field(default=0, eq=False)
+
+    @property
+    def rows_per_epoch(self) -> int:
+        """``epoch_rows``, or ``total_groups`` when it is not known (one example per puzzle)."""
+        return self.epoch_rows or self.total_groups
 
     def model_kwargs(self) -> dict[str, int]:
         """The keyword arguments :class:`trm.model.TinyRecursiveModel` takes from a dataset."""
@@ -61,6 +71,13 @@ class DatasetShape:
         ]
 
 
+def _epoch_rows(meta: dict[str, Any]) -> int:
+    """The reference's estimate of an epoch's examples, groups x the mean examples of a
+    puzzle; 0 when puzzles have one example each (``rows_per_epoch`` is then the groups)."""
+    mean = float(meta.get("mean_puzzle_examples", 1.0))
+    return 0 if mean == 1.0 else round(int(meta.get("total_groups", 0)) * mean)
+
+
 def read_shape(data_dir: Path, split: str = "train") -> DatasetShape:
     """The shape of ``data_dir/split`` from its dataset.json and array files."""
     split_dir = data_dir / split
@@ -72,6 +89,7 @@ def read_shape(data_dir: Path, split: str = "train") -> DatasetShape:
             num_puzzle_identifiers=int(meta["num_puzzle_identifiers"]),
             total_puzzles=int(meta.get("total_puzzles", 0)),
             total_groups=int(meta.get("total_groups", 0)),
+            epoch_rows=_epoch_rows(meta),
             train_file_bytes=sum(
                 f.stat().st_size
                 for f in split_dir.glob("*__*.npy")

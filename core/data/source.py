@@ -43,6 +43,29 @@ class DataSource(Protocol):
         averages each over the evaluated examples and reports it beside exact and cell
         accuracy — in eval rows of metrics.jsonl, ``on_eval`` and ``trm eval`` — and
         ``trm solve`` prints the one row's verdicts.
+
+    ``evaluator(data_dir: Path, split: str) -> TaskEvaluator | None``
+        A fresh :class:`trm.data.evaluator.TaskEvaluator` for one evaluation of
+        ``data_dir/split`` (None: this split has no task-level scores), for tasks judged over
+        many rows at once (ARC votes over the augmented versions of each test input). The
+        core feeds it every evaluated batch with the model's confidence, sigmoid(q_halt),
+        and reports its ``result()`` beside exact and cell accuracy; ``trm eval
+        --submission FILE`` writes its ``submission()``. Raise TrmError when files it needs
+        in ``data_dir`` are missing or malformed.
+
+    ``primary_metric: str``
+        The name of the score that picks a run's best checkpoint (e.g. ``"pass@2"``, which
+        the source's evaluator must report); without it, ``exact_accuracy``.
+
+    ``solve_task(argument: str, data_dir: Path | None, seq_len: int, run: RunRows,
+    picture: Path | None) -> TaskSolution``
+        ``trm solve`` for a task that takes many rows (several test inputs, augmented
+        versions voted on): ``argument`` is what the user typed (a task id, a file),
+        ``data_dir`` the checkpoint's dataset (None when it is gone and ``--data`` was not
+        given), ``seq_len`` the model's row length, ``run`` the model
+        (:data:`trm.data.evaluator.RunRows`), ``picture`` where to write an image (None: the
+        source's default name in the current folder). Without it, ``trm solve`` parses one
+        row with ``parse_puzzle``. Raises TrmError for an argument it cannot solve.
     """
 
     name: str

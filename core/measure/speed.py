@@ -73,7 +73,7 @@ def predicted_speed(
     if key not in peaks:
         peaks[key] = device_peak_gflops(hardware, device, precision)[0]
     rate = samples_per_s_at_peak(spec, dataset, peaks[key])
-    samples = spec.train.total_steps(dataset.total_groups) * spec.train.global_batch_size
+    samples = spec.train.total_steps(dataset.rows_per_epoch) * spec.train.global_batch_size
     return rate, (samples / rate if rate else None)
 
 

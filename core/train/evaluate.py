@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from trm.control import TrainControl
+from trm.data.evaluator import TaskEvaluator
 from trm.data.sampler import SplitIndex
 from trm.device import distributed
 from trm.device.memory import free_cached_memory
@@ -24,6 +25,7 @@ from trm.model import ACTLoss
 from trm.plugin_manager import TrmPluginManager
 from trm.state import TrainState
 from trm.train.metrics_log import Journal
+from trm.train.task_evaluation import TaskEvaluation, record_best
 
 IGNORE_LABEL = -100
 TaskMetrics = Callable[[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]
@@ -51,6 +53,19 @@ def run_all_steps(
     return outputs, halt_steps
 
 
+def predict_with_halt(
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    halt_max_steps: int,
+    device: torch.device,
+    dtype: torch.dtype | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's answer tokens [B, seq_len] and its q_halt logits [B] (float32), both after
+    all ``halt_max_steps`` supervision steps (model in eval mode)."""
+    outputs, _ = run_all_steps(model, batch, halt_max_steps, device, dtype)
+    return outputs["logits"].argmax(dim=-1), outputs["q_halt_logits"].float()
+
+
 def predict(
     model: torch.nn.Module,
     batch: dict[str, torch.Tensor],
@@ -59,8 +74,12 @@ def predict(
     dtype: torch.dtype | None,
 ) -> torch.Tensor:
     """The model's answer tokens [B, seq_len] after all supervision steps (model in eval mode)."""
-    outputs, _ = run_all_steps(model, batch, halt_max_steps, device, dtype)
-    return outputs["logits"].argmax(dim=-1)
+    return predict_with_halt(model, batch, halt_max_steps, device, dtype)[0]
+
+
+def confidence(q_halt_logits: torch.Tensor) -> np.ndarray:
+    """sigmoid(q_halt) as float64 NumPy (as the reference's ARC evaluator computes it)."""
+    return torch.sigmoid(q_halt_logits.detach().cpu().double()).numpy()
 
 
 def score(predictions: torch.Tensor, labels: torch.Tensor) -> tuple[int, int, float]:
@@ -124,6 +143,7 @@ def evaluate(
     dtype: torch.dtype | None,
     max_examples: int = 0,
     task_metrics: TaskMetrics | None = None,
+    task_evaluator: TaskEvaluator | None = None,
 ) -> dict[str, float]:
     """Exact and cell accuracy over the first ``max_examples`` examples (0 = all) of a split,
     the loss and the Q head's figures (:func:`halting_metrics`), and the task's own metrics
@@ -131,11 +151,13 @@ def evaluate(
 
     ``task_metrics(inputs, labels, predictions)`` (a DataSource's optional method) gets a
     batch's token rows as NumPy arrays and returns per-row values in [0, 1] by name (a maze's
-    ``valid_path_rate``); each is averaged over the examples. Puts the model in eval mode for
-    the call and restores its previous mode.
+    ``valid_path_rate``); each is averaged over the examples. ``task_evaluator`` (from the
+    source's optional ``evaluator``) gets every batch with the model's confidence and adds
+    its ``result()``. Puts the model in eval mode for the call and restores its previous mode.
     Under data parallelism each rank scores its share of the examples
     (:meth:`trm.device.distributed.World.shard`) and the sums are combined over the ranks,
     so every rank returns the result of the whole set.
+    A task evaluator's records are gathered from every rank and merged before ``result()``.
     """
     total = index.num_examples if max_examples <= 0 else min(max_examples, index.num_examples)
     share = distributed.current().shard(total)  # range(total) with one process
@@ -152,6 +174,7 @@ def evaluate(
             batch = to_device(rows, device)
             outputs, halt_steps = run_all_steps(model, batch, halt_max_steps, device, dtype)
             preds = outputs["logits"].argmax(dim=-1)
+            q_halt = outputs["q_halt_logits"].float()
             add_halting_sums(halting_sums, model, outputs, halt_steps, batch["labels"])
             scored, exact, cells = score(preds, batch["labels"])
             n_scored += scored
@@ -161,9 +184,19 @@ def evaluate(
                 values = task_metrics(rows["inputs"], rows["labels"], preds.cpu().numpy())
                 for name, per_row in values.items():
                     task_sums[name] = task_sums.get(name, 0.0) + float(np.sum(per_row))
+            if task_evaluator is not None:
+                task_evaluator.add(
+                    rows["inputs"],
+                    rows["puzzle_identifiers"],
+                    preds.cpu().numpy(),
+                    confidence(q_halt),
+                )
     finally:
         model.train(was_training)
     n_scored, n_exact, cell_sum, task_sums = _sum_over_ranks(n_scored, n_exact, cell_sum, task_sums)
+    halting_sums = _sum_over_ranks(0, 0, 0.0, halting_sums)[3]
+    if task_evaluator is not None:
+        _merge_over_ranks(task_evaluator)
     examples_done = max(total, 1)
     return {
         "examples": n_scored,
@@ -171,6 +204,7 @@ def evaluate(
         "cell_accuracy": cell_sum / max(n_scored, 1),
         **halting_metrics(halting_sums),
         **{name: value / examples_done for name, value in task_sums.items()},
+        **(task_evaluator.result() if task_evaluator is not None else {}),
     }
 
 
@@ -193,6 +227,18 @@ def _sum_over_ranks(
     )
 
 
+def _merge_over_ranks(task_evaluator: TaskEvaluator) -> None:
+    """Give ``task_evaluator`` every other rank's records (nothing to do with one process),
+    so that each rank's ``result()`` is that of the whole split."""
+    everyone = distributed.gather_objects(task_evaluator.records())
+    if len(everyone) == 1:
+        return
+    mine = distributed.current().rank
+    for rank, records in enumerate(everyone):
+        if rank != mine:
+            task_evaluator.merge(records)
+
+
 def evaluate_in_run(
     state: TrainState,
     index: SplitIndex,
@@ -202,23 +248,28 @@ def evaluate_in_run(
     control: TrainControl,
     journal: Journal,
     task_metrics: TaskMetrics | None = None,
+    task_evaluation: TaskEvaluation | None = None,
 ) -> list[str]:
     """Evaluate the run's model now; returns ``["best"]`` on a new best, else ``[]``.
 
     Uses the EMA weights when the run keeps them (the puzzle-embedding table stays live, as
-    in the reference). Out of memory halves the evaluation batch and tries again.
+    in the reference). Out of memory halves the evaluation batch and tries again. The best
+    evaluation is the one with the highest ``task_evaluation.primary_metric`` (exact
+    accuracy by default).
     """
     spec, batch_size = state.spec, state.micro_batch_size
+    scoring = task_evaluation or TaskEvaluation()
     while True:
         try:
             args = (index, spec.arch.halt_max_steps, batch_size, device, dtype)
+            evaluator = scoring.start()
+            extra = (spec.train.eval_max_examples, task_metrics, evaluator)
             if state.ema is not None:
                 with state.ema.swap_in(state.model):
-                    result = evaluate(
-                        state.model, *args, spec.train.eval_max_examples, task_metrics
-                    )
+                    result = evaluate(state.model, *args, *extra)
             else:
-                result = evaluate(state.model, *args, spec.train.eval_max_examples, task_metrics)
+                result = evaluate(state.model, *args, *extra)
+            scoring.finish(evaluator)
             break
         except Exception as exc:
             if not is_out_of_memory(exc) or batch_size == 1:
@@ -227,10 +278,7 @@ def evaluate_in_run(
         journal.log(f"out of memory in evaluation: batch {batch_size} -> {batch_size // 2}")
         batch_size //= 2
     state.last_eval = result
-    improved = state.best_step == 0 or result["exact_accuracy"] > state.best_exact_accuracy
-    if improved:
-        state.best_exact_accuracy = result["exact_accuracy"]
-        state.best_step = state.step
+    improved = record_best(state, result, scoring.primary_metric)
     record = {"kind": "eval", "step": state.step, **result}
     journal.metrics.write(record)
     pm.hook.on_eval(state=state, metrics=record, control=control)

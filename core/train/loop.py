@@ -250,6 +250,7 @@ class Trainer:
                 control,
                 self.journal,
                 data.task_metrics,
+                data.task_evaluation,
             )
         requests.apply_micro_batch_request(state, control, self.journal)
         at_end = state.step >= self.stop_step
@@ -336,6 +337,8 @@ class Trainer:
             "wall_s": round(state.wall_s_before, 3),
             "best_exact_accuracy": state.best_exact_accuracy if state.best_step else None,
             "best_step": state.best_step,
+            "best_metric": state.best_metric,
+            "best_value": state.best_value if state.best_step else None,
             "final_exact_accuracy": state.last_eval.get("exact_accuracy"),
             "final_cell_accuracy": state.last_eval.get("cell_accuracy"),
             "final_weights_sha256": digest,

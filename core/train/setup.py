@@ -24,6 +24,7 @@ from trm.spec import RunSpec
 from trm.state import TrainState
 from trm.train.data_parallel import DataParallel
 from trm.train.evaluate import TaskMetrics
+from trm.train.task_evaluation import TaskEvaluation, task_evaluation
 
 
 @frozen
@@ -35,6 +36,7 @@ class RunData:
     evaluation: SplitIndex | None
     shape: DatasetShape
     task_metrics: TaskMetrics | None = None
+    task_evaluation: TaskEvaluation | None = None
 
 
 def open_reader(
@@ -70,16 +72,19 @@ def open_data(
     log(f"data reader: {reader.name} ({choice.reason})")
     train = reader.index
     meta = train.split.metadata
+    sampler = TrainSampler(train, spec.train.global_batch_size, spec.train.seed)
     shape = DatasetShape(
         seq_len=int(meta.seq_len),
         vocab_size=int(meta.vocab_size),
         num_puzzle_identifiers=int(meta.num_puzzle_identifiers),
         total_puzzles=max(int(meta.total_puzzles), 0),
         total_groups=int(train.num_groups),
+        epoch_rows=sampler.epoch_rows,
     )
-    sampler = TrainSampler(train, spec.train.global_batch_size, spec.train.seed)
-    task_metrics = getattr(find_data_source(pm, spec.data.source), "task_metrics", None)
-    return RunData(reader, sampler, evaluation, shape, task_metrics)
+    source = find_data_source(pm, spec.data.source)
+    task_metrics = getattr(source, "task_metrics", None)
+    scoring = task_evaluation(source, data_dir, spec.data.eval_split, spec.train.eval_pool)
+    return RunData(reader, sampler, evaluation, shape, task_metrics, scoring)
 
 
 def new_state(
@@ -108,7 +113,7 @@ def new_state(
         ema=EMA(model, spec.train.ema_rate) if spec.train.ema else None,
         carry=None,
         run_dir=run_dir,
-        total_steps=spec.train.total_steps(data.reader.index.num_groups),
+        total_steps=spec.train.total_steps(data.sampler.epoch_rows),
         micro_batch_size=micro_batch_size,
         data_dir=str(data_dir),
         dataset_shape=data.shape,

@@ -39,6 +39,7 @@ from trm.data.shape import DatasetShape
 from trm.errors import TrmError
 from trm.plugins.arc import grids
 from trm.plugins.arc.augment import TaskPlan, plan_versions
+from trm.plugins.arc.scoring import ArcScoring
 from trm.plugins.arc.tasks import (
     TEST_SUBSET,
     VERSION_SUBSETS,
@@ -367,8 +368,9 @@ def _npy_bytes(shape: tuple[int, ...]) -> int:
     return len(buffer.getvalue()) + int(np.prod(shape))
 
 
-class ArcSource:
-    """ARC-AGI tasks in the reference's encoding (vocab 12, 30x30 canvas, seq_len 900)."""
+class ArcSource(ArcScoring):
+    """ARC-AGI tasks in the reference's encoding (vocab 12, 30x30 canvas, seq_len 900), scored
+    by pass@K with voting (:class:`ArcScoring`)."""
 
     name = "arc"
     options_type = ArcBuildOptions
@@ -390,6 +392,7 @@ class ArcSource:
             total_puzzles=train.puzzles,
             total_groups=train.groups,
             train_file_bytes=2 * _npy_bytes((train.examples, side * side)),
+            epoch_rows=round(train.groups * train.examples / max(train.puzzles, 1)),
         )
 
     def build(
