@@ -39,6 +39,7 @@ It acts through torch's own module and optimizer hooks and through ``save_checkp
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import signal
 import time
@@ -46,7 +47,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from attrs import define
 
@@ -74,6 +74,18 @@ KINDS = (
 )
 # The kinds that last from their step on; the number after ':' is an amount, not a micro-batch.
 STEADY_DEFAULTS = {"leak": 4, "slow": 100}
+
+
+def _resident_block(size_bytes: int) -> mmap.mmap:
+    """``size_bytes`` of fresh anonymous memory, every page written so it is resident.
+
+    A mapping of its own, never freed heap memory reused (the loop keeps freed blocks for
+    reuse, so a heap allocation might not grow the resident size at all)."""
+    block = mmap.mmap(-1, size_bytes)
+    page = mmap.PAGESIZE
+    for offset in range(0, size_bytes, page):
+        block[offset] = 1
+    return block
 
 
 @define(frozen=True)
@@ -145,7 +157,7 @@ class Faults:
         self.forward_calls: Counter = Counter()
         self.handles: list[Any] = []
         self.steady: list[Fault] = []  # leak and slow: from their step to the end
-        self.leaked: list[np.ndarray] = []
+        self.leaked: list[mmap.mmap] = []
 
     def take(self, kind: str, step: int, micro_batch: int = 0) -> bool:
         key = Fault(kind, step, micro_batch)
@@ -209,7 +221,7 @@ class Faults:
         self.pending.pop(Fault("nan", state.step), None)
         for fault in self.steady:
             if fault.kind == "leak" and fault.step <= state.step:
-                self.leaked.append(np.ones(fault.micro_batch * 2**20, dtype=np.uint8))
+                self.leaked.append(_resident_block(fault.micro_batch * 2**20))
 
     @hookimpl(tryfirst=True)
     def save_checkpoint(self, state: TrainState, run_dir: Path, reason: str) -> Path | None:
