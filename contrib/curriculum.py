@@ -9,11 +9,16 @@ resumed run continues exactly). Two schedules, chosen in ``[plugins.curriculum]`
   L grows linearly (rounded down) to the spec's value, reached at ``end_step`` (or at
   ``end_fraction`` of the run's total steps);
 - ``staged`` (CGAR, arXiv 2511.08653): ``stages`` give a depth until a fraction of the total
-  steps each — by default ``(1, 2)`` until 30%, ``(2, 4)`` until 60% — then the spec's depth.
+  steps each, then the spec's depth.
 
-A stage deeper than the spec's depth is refused: the memory estimate plans for the spec's
-depth, which is the deepest any stage reaches. CGAR's other half, weighting supervision step t
-by 0.7^t in the loss, is not done: it needs a per-row weight inside the step's loss, which no
+The defaults follow CGAR, whose depths are thirds of the paper's (3, 6): the linear schedule
+starts, and the staged one's first stage is, a third of the spec's depth — (1, 2) for (3, 6) —
+until 30%; the staged one's second stage is two thirds — (2, 4) — until 60%. A third is
+rounded half up, and at least 1.
+
+A depth deeper than the spec's is refused: the memory estimate plans for the spec's depth,
+which is the deepest any stage reaches. CGAR's other half, weighting supervision step t by
+0.7^t in the loss, is not done: it needs a per-row weight inside the step's loss, which no
 ``control`` request can set between steps (docs/contrib.md).
 """
 
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attrs import field, frozen
+from attrs import frozen
 
 from trm import hookimpl
 from trm.contrib.options import RunPosition, end_step, read_table, refuse
@@ -44,9 +49,19 @@ class Stage:
     L_cycles: int
 
 
-def cgar_stages() -> tuple[Stage, ...]:
-    """CGAR's first two stages; its third, (3, 6), is the paper's depth: the spec's here."""
-    return (Stage(0.3, 1, 2), Stage(0.6, 2, 4))
+def share_of(depth: Depth, thirds: int) -> Depth:
+    """``thirds``/3 of ``depth``, each rounded half up and at least 1."""
+    return (
+        max(1, (2 * depth[0] * thirds + 3) // 6),
+        max(1, (2 * depth[1] * thirds + 3) // 6),
+    )
+
+
+def cgar_stages(final: Depth) -> tuple[Stage, ...]:
+    """CGAR's stages scaled to ``final``: a third of it until 30%, two thirds until 60% —
+    (1, 2) and (2, 4) for the paper's (3, 6); the third stage is ``final`` itself."""
+    first, second = share_of(final, 1), share_of(final, 2)
+    return (Stage(0.3, *first), Stage(0.6, *second))
 
 
 @frozen
@@ -55,26 +70,37 @@ class CurriculumOptions:
     are refused, so a table says only what it does."""
 
     schedule: str = "linear"
-    start_H_cycles: int = 1
-    start_L_cycles: int = 2
+    start_H_cycles: int = 0  # 0: a third of the spec's H_cycles
+    start_L_cycles: int = 0  # 0: a third of the spec's L_cycles
     end_fraction: float = 0.5
     end_step: int = 0
-    stages: tuple[Stage, ...] = field(factory=cgar_stages)
+    stages: tuple[Stage, ...] | None = None  # None: CGAR's, scaled to the spec's depth
+
+    def stages_for(self, final: Depth) -> tuple[Stage, ...]:
+        """The staged schedule's stages before ``final``: as given, else CGAR's."""
+        return self.stages if self.stages is not None else cgar_stages(final)
+
+    def start_for(self, final: Depth) -> Depth:
+        """The linear schedule's first depth: as given, else a third of ``final``."""
+        default = share_of(final, 1)
+        return (self.start_H_cycles or default[0], self.start_L_cycles or default[1])
 
     def depth_at(self, step: int, total_steps: int, final: Depth) -> tuple[Depth, str]:
         """The depth for the step of index ``step`` (0-based) of a ``total_steps`` run whose
         final depth is ``final``, and the reason in words. Never deeper than ``final``."""
         if self.schedule == "staged":
-            for number, stage in enumerate(self.stages, start=1):
+            stages = self.stages_for(final)
+            for number, stage in enumerate(stages, start=1):
                 until = round(stage.until_fraction * total_steps)
                 if step < until:
                     depth = (min(stage.H_cycles, final[0]), min(stage.L_cycles, final[1]))
-                    return depth, f"curriculum stage {number} of {len(self.stages) + 1}"
-            return final, f"curriculum stage {len(self.stages) + 1} of {len(self.stages) + 1}"
+                    return depth, f"curriculum stage {number} of {len(stages) + 1}"
+            return final, f"curriculum stage {len(stages) + 1} of {len(stages) + 1}"
         end = end_step(self.end_fraction, self.end_step, total_steps)
         if step >= end:
             return final, f"curriculum at the spec's depth from step {end}"
-        start = (min(self.start_H_cycles, final[0]), min(self.start_L_cycles, final[1]))
+        first = self.start_for(final)
+        start = (min(first[0], final[0]), min(first[1], final[1]))
         depth = (
             start[0] + (final[0] - start[0]) * step // end,
             start[1] + (final[1] - start[1]) * step // end,
@@ -101,10 +127,10 @@ def problems_with(options: CurriculumOptions, given: dict[str, Any], spec: RunSp
             ("start_H_cycles", options.start_H_cycles, arch.H_cycles, "arch.H_cycles"),
             ("start_L_cycles", options.start_L_cycles, arch.L_cycles, "arch.L_cycles"),
         ):
-            if not 1 <= value <= top:
+            if not 0 <= value <= top:
                 problems.append(
                     f"{key}.{name}: {value} must be between 1 and {spec_key}={top} (the "
-                    "curriculum grows to the spec's depth)"
+                    "curriculum grows to the spec's depth), or 0 for a third of it"
                 )
         if not 0 < options.end_fraction <= 1:
             problems.append(f"{key}.end_fraction: {options.end_fraction} must be in (0, 1]")
@@ -113,8 +139,10 @@ def problems_with(options: CurriculumOptions, given: dict[str, Any], spec: RunSp
                 f"{key}.end_step: {options.end_step} must be 0 (use end_fraction) or more"
             )
         return problems
+    if options.stages is None:
+        return problems  # CGAR's, scaled to the spec's depth
     if not options.stages:
-        problems.append(f"{key}.stages: give at least one stage (or use schedule = 'linear')")
+        problems.append(f"{key}.stages: give at least one stage (or leave it out for CGAR's)")
     previous = 0.0
     for index, stage in enumerate(options.stages):
         where = f"{key}.stages[{index}]"

@@ -23,7 +23,7 @@ from tests.test_architecture import LINT_IMPORTS, _lint, installed_copy  # noqa:
 from tests.tiny_run import TOTAL_STEPS, build_tiny_data, metrics, summary, write_spec
 from trm.cli.main import main
 from trm.contrib.adaptive_halting import AdaptiveHaltingOptions
-from trm.contrib.curriculum import CurriculumOptions
+from trm.contrib.curriculum import CurriculumOptions, Stage
 from trm.control import TrainControl
 from trm.model import TinyRecursiveModel
 from trm.spec import ArchSpec
@@ -82,9 +82,30 @@ def test_the_staged_curriculum_defaults_to_cgar_stages_then_the_specs_depth():
     }
 
 
+@pytest.mark.parametrize(
+    ("final", "first", "second"),
+    [
+        ((3, 6), (1, 2), (2, 4)),
+        ((2, 3), (1, 1), (1, 2)),
+        ((4, 8), (1, 3), (3, 5)),
+        ((1, 1), (1, 1), (1, 1)),
+    ],
+)
+def test_the_default_stages_and_start_are_cgars_thirds_of_the_specs_depth(final, first, second):
+    staged = CurriculumOptions(schedule="staged")
+    assert [staged.depth_at(s, 100, final)[0] for s in (0, 29, 30, 59, 60)] == [
+        first,
+        first,
+        second,
+        second,
+        final,
+    ]
+    assert CurriculumOptions().depth_at(0, 100, final)[0] == first
+
+
 def test_a_stage_deeper_than_an_adapted_spec_is_held_to_the_specs_depth():
-    options = CurriculumOptions(schedule="staged")
-    assert options.depth_at(400, 1000, (2, 3))[0] == (2, 3)  # stage 2 is (2, 4)
+    options = CurriculumOptions(schedule="staged", stages=(Stage(0.5, 2, 4),))
+    assert options.depth_at(400, 1000, (2, 3))[0] == (2, 3)
 
 
 @given(
@@ -313,7 +334,7 @@ STAGED = "plugins.curriculum.schedule=staged;"  # ";" separates --set values bel
 BAD_TABLES = [
     ("schedule-unknown", "plugins.curriculum.schedule=cosine", "plugins.curriculum.schedule"),
     ("start-too-deep", "plugins.curriculum.start_L_cycles=3", "plugins.curriculum.start_L_cycles"),
-    ("start-zero", "plugins.curriculum.start_H_cycles=0", "plugins.curriculum.start_H_cycles"),
+    ("start-negative", "plugins.curriculum.start_H_cycles=-1", "plugins.curriculum.start_H_cycles"),
     ("start-a-string", 'plugins.curriculum.start_H_cycles="1"', "start_H_cycles"),
     ("end-fraction-zero", "plugins.curriculum.end_fraction=0.0", "plugins.curriculum.end_fraction"),
     ("unknown-key", "plugins.curriculum.start_H=1", "start_H"),
