@@ -90,9 +90,17 @@ def configurations(args: argparse.Namespace) -> list[tuple[str, str, tuple[str, 
     --plugins/--label (the base --set values apply to all)."""
     if args.matrix:
         return list(MATRIX)
-    if args.config:
-        return [parse_config(text) for text in args.config]
-    return [(args.label or args.plugins or "baseline", args.plugins, ())]
+    if not args.config:
+        return [(args.label or args.plugins or "baseline", args.plugins, ())]
+    configs = [parse_config(text) for text in args.config]
+    for label, _plugins, sets in configs:
+        if any(text.strip().startswith("data.") for text in sets):
+            raise SystemExit(
+                f"learning: --config {label}: every run reads the one dataset built from the "
+                "spec and the global --set values; change [data] there (one benchmark per "
+                "dataset), not per configuration"
+            )
+    return configs
 
 
 def spec_for(base: RunSpec, sets: tuple[str, ...]) -> RunSpec:

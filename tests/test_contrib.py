@@ -9,6 +9,7 @@ for a new depth, and the import contract that keeps them acting only through ``c
 from __future__ import annotations
 
 import itertools
+import json
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -445,3 +446,68 @@ def test_the_contrib_plugins_keep_every_contract(installed_copy):  # noqa: F811
     result = _lint(installed_copy)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Contrib plugins act only through control" in " ".join(result.stdout.split())
+
+
+# ---------------------------------------------------------------- benchmarks/learning.py
+
+
+def _learning_benchmark():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
+    spec = importlib.util.spec_from_file_location("learning_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_fits_a_curriculums_steps_to_a_wall_clock_budget():
+    learning = _learning_benchmark()
+    options = CurriculumOptions(schedule="staged")  # (1, 2) to 30%, (2, 4) to 60%, then (3, 6)
+
+    def depth_of(step, total):
+        return options.depth_at(step, total, (3, 6))[0]
+
+    seconds = {(1, 2): 0.1, (2, 4): 0.25, (3, 6): 0.5}
+    steps = learning.steps_for_budget(depth_of, 100.0, seconds.__getitem__)
+    assert learning.schedule_time_s(depth_of, steps, seconds.__getitem__) <= 100.0
+    assert learning.schedule_time_s(depth_of, steps + 1, seconds.__getitem__) > 100.0
+    constant = learning.steps_for_budget(lambda s, t: (3, 6), 100.0, seconds.__getitem__)
+    assert constant == 200 and steps > constant
+
+
+def test_the_benchmark_reads_times_to_accuracy_from_the_metrics_rows():
+    learning = _learning_benchmark()
+    rows = [
+        {"step": 1, "samples_per_s": 64.0},
+        {"step": 2, "samples_per_s": 32.0},
+        {"kind": "eval", "step": 2, "exact_accuracy": 0.6, "cell_accuracy": 0.9},
+        {"kind": "event", "step": 2, "event": "recursion"},
+        {"step": 3, "samples_per_s": 128.0},
+        {"kind": "eval", "step": 3, "exact_accuracy": 0.95, "cell_accuracy": 0.99},
+    ]
+    curve = learning.learning_curve(rows, global_batch=64)
+    assert [(p["step"], p["train_s"]) for p in curve] == [(2, 3.0), (3, 3.5)]
+    assert learning.time_to(curve, 0.5) == 3.0
+    assert learning.time_to(curve, 0.9) == 3.5
+    assert learning.time_to(curve, 0.99) is None
+
+
+def test_the_benchmark_runs_each_configuration_and_seed_and_reports_them(tiny, tmp_path, capsys):
+    learning = _learning_benchmark()
+    staged = "staged|curriculum|plugins.curriculum.schedule=staged"
+    args = [str(tiny.plain), "--config", "base", "--config", staged, "--steps", "4"]
+    args += ["--seeds", "0,1"]
+    args += ["--evals", "2", "--targets", "0.0,1.0", "--out", str(tmp_path), "--json"]
+    assert learning.main(args) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [c["label"] for c in document["configs"]] == ["base", "staged"]
+    for config in document["configs"]:
+        assert [run["seed"] for run in config["runs"]] == [0, 1]
+        assert all(run["steps"] == 4 for run in config["runs"])
+        assert config["summary"]["time_to"]["0.0"]["reached"] == 2
+        assert config["summary"]["time_to"]["1.0"]["reached"] <= 2
+    rows = [r for r in metrics(tmp_path / "runs" / "staged-seed1") if "kind" not in r]
+    options = CurriculumOptions(schedule="staged")
+    expected = [options.depth_at(step, 4, (2, 2))[0] for step in range(4)]
+    assert [(r["H_cycles"], r["L_cycles"]) for r in rows] == expected == [(1, 1)] * 2 + [(2, 2)] * 2
