@@ -511,3 +511,14 @@ def test_the_benchmark_runs_each_configuration_and_seed_and_reports_them(tiny, t
     options = CurriculumOptions(schedule="staged")
     expected = [options.depth_at(step, 4, (2, 2))[0] for step in range(4)]
     assert [(r["H_cycles"], r["L_cycles"]) for r in rows] == expected == [(1, 1)] * 2 + [(2, 2)] * 2
+
+
+def test_the_shipped_laptop_recipe_loads_and_its_data_options_are_valid():
+    from trm.plugins.sudoku.source import SudokuBuildOptions, validate_options
+    from trm.spec import load_spec, resolve_spec_path, structure_strict
+
+    spec = load_spec(resolve_spec_path("sudoku9-laptop"))
+    options = structure_strict(spec.data.generate, SudokuBuildOptions, "spec", "data.generate")
+    validate_options(options)
+    assert (options.size, options.clues) == (9, 30)
+    assert spec.train.max_steps > 0 and spec.train.eval_interval > 0
