@@ -522,3 +522,29 @@ def test_the_shipped_laptop_recipe_loads_and_its_data_options_are_valid():
     validate_options(options)
     assert (options.size, options.clues) == (9, 30)
     assert spec.train.max_steps > 0 and spec.train.eval_interval > 0
+
+
+def test_the_loop_caps_a_depth_deeper_than_the_spec_and_says_so_once(tmp_path):
+    from trm.spec import RunSpec
+    from trm.train.metrics_log import Journal, MetricsLog
+    from trm.train.requests import apply_recursion_requests
+
+    model, _ = _tiny_model()  # the spec's depth: (2, 3)
+    spec = RunSpec(arch=model.arch)
+    state = SimpleNamespace(spec=spec, model=model, step=4)
+    lines: list[str] = []
+    journal = Journal(MetricsLog(tmp_path / "metrics.jsonl"), lines.append)
+    control = TrainControl()
+    with journal.metrics:
+        control.set_recursion_depth(1, 1, "shallow")
+        apply_recursion_requests(state, control, journal)
+        for _ in range(3):  # asked again and again: one change, one message
+            control.set_recursion_depth(5, 9, "too deep")
+            apply_recursion_requests(state, control, journal)
+    assert (model.H_cycles, model.L_cycles) == (2, 3)
+    events = [r for r in metrics(tmp_path) if r.get("event") == "recursion"]
+    assert [(e["H_cycles"], e["L_cycles"], e["capped"]) for e in events] == [
+        (1, 1, False),
+        (2, 3, True),
+    ]
+    assert len(lines) == 2 and "capped" in lines[1]

@@ -82,25 +82,20 @@ def apply_recursion_requests(state: TrainState, control: TrainControl, journal: 
 
     The model takes them through its own API (``set_recursion``). A depth deeper than the
     spec's ``arch.H_cycles`` / ``arch.L_cycles`` is capped there (the memory estimate plans
-    for the spec's depth), with a message. A depth change is recorded as a ``recursion``
-    event and shown; the exploration probability, which a schedule may change every step, is
-    only recorded in the metrics rows.
+    for the spec's depth). A depth change is recorded as a ``recursion`` event (``capped``
+    says whether the request was) and shown; the exploration probability, which a schedule
+    may change every step, is only recorded in the metrics rows.
     """
     model = state.model
     if control.recursion_request is not None:
-        H_cycles, L_cycles, reason = control.recursion_request
+        asked_H, asked_L, reason = control.recursion_request
         control.recursion_request = None
         arch = state.spec.arch
-        if H_cycles > arch.H_cycles or L_cycles > arch.L_cycles:
-            journal.log(
-                f"step {state.step}: recursion depth ({H_cycles}, {L_cycles}) asked by "
-                f"{reason!r} is deeper than the spec's (arch.H_cycles={arch.H_cycles}, "
-                f"arch.L_cycles={arch.L_cycles}), for which memory was planned; capped"
-            )
-            H_cycles, L_cycles = min(H_cycles, arch.H_cycles), min(L_cycles, arch.L_cycles)
+        H_cycles, L_cycles = min(asked_H, arch.H_cycles), min(asked_L, arch.L_cycles)
         old = (model.H_cycles, model.L_cycles)
         if (H_cycles, L_cycles) != old:
             model.set_recursion(H_cycles=H_cycles, L_cycles=L_cycles)
+            capped = (H_cycles, L_cycles) != (asked_H, asked_L)
             journal.event(
                 state.step,
                 "recursion",
@@ -109,11 +104,18 @@ def apply_recursion_requests(state: TrainState, control: TrainControl, journal: 
                 old_H_cycles=old[0],
                 old_L_cycles=old[1],
                 reason=reason,
+                capped=capped,
                 quiet=True,
+            )
+            note = (
+                f" (asked ({asked_H}, {asked_L}), capped at the spec's arch.H_cycles / "
+                "arch.L_cycles, for which memory was planned)"
+                if capped
+                else ""
             )
             journal.log(
                 f"step {state.step}: recursion depth (H_cycles, L_cycles) {old} -> "
-                f"({H_cycles}, {L_cycles}): {reason}"
+                f"({H_cycles}, {L_cycles}): {reason}{note}"
             )
     if control.halt_exploration_request is not None:
         probability, _reason = control.halt_exploration_request
