@@ -548,3 +548,17 @@ def test_the_loop_caps_a_depth_deeper_than_the_spec_and_says_so_once(tmp_path):
         (2, 3, True),
     ]
     assert len(lines) == 2 and "capped" in lines[1]
+
+
+def test_eval_rebuilds_a_checkpoint_at_the_depth_it_was_trained_with(tiny, tmp_path):
+    from trm.train.inference import restore_model
+
+    run_dir = tmp_path / "run"
+    assert _run(tiny.spec, run_dir, "--plugins", BOTH, "--max-steps", "4") == 0
+    path = run_dir / "checkpoints" / "step-00000004.pt"
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    _spec, model = restore_model(payload, torch.device("cpu"))
+    assert (model.H_cycles, model.L_cycles) == (2, 1)  # stage 2; the spec's depth is (2, 2)
+    payload.pop("recursion")  # a checkpoint written before the depth was recorded
+    _spec, model = restore_model(payload, torch.device("cpu"))
+    assert (model.H_cycles, model.L_cycles) == (2, 2)
