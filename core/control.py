@@ -1,10 +1,11 @@
 """TrainControl: the only way a plugin acts on a running loop.
 
 Plugins never reach into the trainer. They call these methods from their hooks; the loop reads
-the requests after each optimizer step, in the order docs/architecture.md gives, and carries
-them out. Also here: the micro-batch arithmetic every plugin that asks for a size needs
-(:func:`fit_micro_batch`, :func:`accumulation_steps`) and :class:`ThermalEvent`, which sensor
-plugins report through :meth:`TrainControl.report_thermal_event`.
+the requests after each optimizer step (and once after ``on_train_start``, before the first
+step), in the order docs/architecture.md gives, and carries them out. Also here: the
+micro-batch arithmetic every plugin that asks for a size needs (:func:`fit_micro_batch`,
+:func:`accumulation_steps`) and :class:`ThermalEvent`, which sensor plugins report through
+:meth:`TrainControl.report_thermal_event`.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class TrainControl:
     pause_s: float = 0.0
     pause_reason: str = ""
     micro_batch_request: tuple[int, str] | None = None
+    recursion_request: tuple[int, int, str] | None = None
+    halt_exploration_request: tuple[float, str] | None = None
     stop_reason: str | None = None
     messages: list[str] = field(factory=list)
     thermal_events: list[ThermalEvent] = field(factory=list)
@@ -76,6 +79,27 @@ class TrainControl:
         the global batch.
         """
         self.micro_batch_request = (size, reason)
+
+    def set_recursion_depth(self, H_cycles: int, L_cycles: int, reason: str) -> None:
+        """Ask for ``H_cycles`` and ``L_cycles`` from the next step on (latest request wins).
+
+        Applied after the current step, or before the first step when asked from
+        ``on_train_start``; the metrics rows and the checkpoint record the depth in force.
+        The memory estimate plans for the spec's ``arch.H_cycles`` / ``arch.L_cycles``, so
+        the loop caps a deeper request at those values and says so. No shape depends on the
+        depth: weights, optimizer state and the carry stay valid. ValueError below 1.
+        """
+        if int(H_cycles) < 1 or int(L_cycles) < 1:
+            raise ValueError(f"recursion depth must be at least 1, got ({H_cycles}, {L_cycles})")
+        self.recursion_request = (int(H_cycles), int(L_cycles), reason)
+
+    def set_halt_exploration(self, probability: float, reason: str) -> None:
+        """Ask for the halting exploration probability (``arch.halt_exploration_prob``'s
+        meaning) from the next step on; applied like :meth:`set_recursion_depth` and
+        recorded the same way. ValueError outside [0, 1]."""
+        if not 0.0 <= float(probability) <= 1.0:
+            raise ValueError(f"halt exploration probability must be in [0, 1], got {probability}")
+        self.halt_exploration_request = (float(probability), reason)
 
     def stop(self, reason: str) -> None:
         """Ask the loop to checkpoint and stop after the current step."""

@@ -4,8 +4,8 @@ A plugin implements any of these with ``@trm.hookimpl`` on a module-level functi
 method of a plugin class (one instance per run; see docs/plugins.md), of the same name; as
 pluggy allows, an implementation may take only the arguments it uses.
 
-The life of ``trm run``: register_data_sources (when the spec's data must be built or its
-shape read), detect_hardware, configure_runtime, estimate_memory, adapt_config (then
+The life of ``trm run``: check_spec, register_data_sources (when the spec's data must be built
+or its shape read), detect_hardware, configure_runtime, estimate_memory, adapt_config (then
 configure_runtime again when the runtime changed), load_checkpoint, open_dataset,
 on_train_start; per step
 on_step (and on_out_of_memory, on_thermal_event, on_eval, save_checkpoint as they arise);
@@ -53,6 +53,20 @@ def register_data_sources() -> list[DataSource] | None:
 # -------------------------------------------------------------------------------------------
 # Planning: the machine, the runtime, the memory, the tier (before the loop)
 # -------------------------------------------------------------------------------------------
+
+
+@hookspec
+def check_spec(spec: RunSpec) -> None:
+    """Refuse a spec this plugin cannot work with: raise TrmError naming the key path.
+
+    Called first by every command that plans a run (``trm run``, ``trm estimate``, ``trm
+    analyze``), before any data is built or file written, with the spec as given (``--set``
+    applied, not yet adapted). A plugin configured by its own table ``[plugins.NAME]``
+    (``spec.plugins[NAME]``, plain TOML data) structures and checks it here — strictly, as
+    :func:`trm.spec.structure_strict` does with ``root="plugins.NAME"`` — so a bad value is
+    one line and exit 2. Only enabled plugins are called; the core refuses a table that
+    names no installed plugin.
+    """
 
 
 @hookspec

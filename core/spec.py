@@ -2,8 +2,11 @@
 
 A spec has four sections, each an attrs class: ``[arch]`` (the network, with the reference
 implementation's names), ``[train]`` (optimisation), ``[data]`` (which task and where its
-files are) and ``[runtime]`` (device, precision, threads). Specs are frozen; every change —
-``--set``, an ``adapt_config`` plugin — makes a new one with :func:`attrs.evolve`.
+files are) and ``[runtime]`` (device, precision, threads); and optionally ``[plugins.NAME]``
+tables, each a plugin's own settings, which that plugin structures and checks itself (the
+``check_spec`` hook; :func:`structure_strict` with ``root="plugins.NAME"``). Specs are
+frozen; every change — ``--set``, an ``adapt_config`` plugin — makes a new one with
+:func:`attrs.evolve`.
 
 cattrs is used only at the boundary (TOML in, TOML out). Structuring is strict: an unknown key,
 a value of the wrong type, or an impossible value raises :class:`~trm.errors.TrmError` naming
@@ -132,13 +135,20 @@ class RuntimeSpec:
 
 @frozen
 class RunSpec:
-    """A whole run: ``name`` labels the run directory; the rest are the four sections."""
+    """A whole run: ``name`` labels the run directory; then the four sections.
+
+    ``plugins`` maps a plugin's name to its own table (``[plugins.curriculum]``) as plain
+    TOML data: the core checks only that each is a table naming an installed plugin; the
+    plugin structures it strictly in its ``check_spec`` hook, errors naming
+    ``plugins.NAME.KEY``.
+    """
 
     name: str = "run"
     arch: ArchSpec = field(factory=ArchSpec)
     train: TrainSpec = field(factory=TrainSpec)
     data: DataSpec = field(factory=DataSpec)
     runtime: RuntimeSpec = field(factory=RuntimeSpec)
+    plugins: dict[str, Any] = field(factory=dict)
 
 
 @frozen
@@ -284,6 +294,8 @@ def apply_overrides(spec: RunSpec, overrides: list[str]) -> RunSpec:
         key, value = parse_override(text)
         parts = key.split(".")
         node: Any = data
+        if parts[0] == "plugins" and len(parts) >= 3 and isinstance(data.get("plugins"), dict):
+            data["plugins"].setdefault(parts[1], {})  # --set plugins.NAME.KEY makes the table
         for depth, part in enumerate(parts[:-1]):
             if not isinstance(node, dict) or part not in node or not isinstance(node[part], dict):
                 where = ".".join(parts[: depth + 1])
@@ -295,7 +307,7 @@ def apply_overrides(spec: RunSpec, overrides: list[str]) -> RunSpec:
         leaf = parts[-1]
         if len(parts) == 1 and leaf != "name":
             raise TrmError(f"--set {key}: name a section and key, e.g. train.lr")
-        is_open_table = parts[:2] == ["data", "generate"]
+        is_open_table = parts[:2] == ["data", "generate"] or parts[0] == "plugins"
         if leaf not in node and not is_open_table:
             known = ", ".join(sorted(node))
             raise TrmError(f"--set {key}: unknown key {leaf!r}; known keys here: {known}")
@@ -397,6 +409,13 @@ def validate(spec: RunSpec, where: str) -> None:
     for key, split in (("data.train_split", d.train_split), ("data.eval_split", d.eval_split)):
         need(bool(_SPLIT.match(split)), key, f"{split!r} must be a folder name (e.g. 'test')")
     need(d.reader in READERS, "data.reader", f"must be one of {READERS}")
+    for name, table in spec.plugins.items():
+        need(
+            isinstance(table, dict),
+            f"plugins.{name}",
+            f"must be a table of the plugin's settings ([plugins.{name}]), got "
+            f"{type(table).__name__}",
+        )
     need(r.device in DEVICES, "runtime.device", f"must be one of {DEVICES}")
     need(r.precision in PRECISIONS, "runtime.precision", f"must be one of {PRECISIONS}")
     need(r.compile in COMPILE_CHOICES, "runtime.compile", f"must be one of {COMPILE_CHOICES}")

@@ -73,11 +73,13 @@ class TrainState:
 
         Holds the model, optimizers (their param groups carry the lr), EMA, the ACT carry,
         every RNG state (Python, NumPy, torch CPU and the accelerator's), the position
-        (step, samples, total_steps, data order), the micro-batch size, the best evaluation,
-        the resolved spec, the dataset shape and the trm version; ``world_size``, the number
-        of processes that trained it. Under data parallelism (``rank_parts`` set) the carry is
-        every rank's rows concatenated in rank order — the global carry, as one process holds
-        it — and ``ranks`` lists each rank's RNG states and micro-batch size.
+        (step, samples, total_steps, data order), the micro-batch size, the recursion in
+        force (``H_cycles``, ``L_cycles``, ``halt_exploration_prob``: the spec's unless a
+        plugin's schedule changed them), the best evaluation, the resolved spec, the dataset
+        shape and the trm version; ``world_size``, the number of processes that trained it.
+        Under data parallelism (``rank_parts`` set) the carry is every rank's rows concatenated
+        in rank order — the global carry, as one process holds it — and ``ranks`` lists each
+        rank's RNG states and micro-batch size.
         """
         train = self.spec.train
         carry = self.carry.state_dict() if self.carry is not None else None
@@ -110,6 +112,7 @@ class TrainState:
                 "global_batch_size": train.global_batch_size,
             },
             "micro_batch_size": self.micro_batch_size,
+            "recursion": recursion_in_force(self.model),
             "best_exact_accuracy": self.best_exact_accuracy,
             "best_step": self.best_step,
             "best_metric": self.best_metric,
@@ -143,6 +146,7 @@ class TrainState:
         self.step = int(payload["step"])
         self.samples = int(payload["samples"])
         self.micro_batch_size = int(payload.get("micro_batch_size") or self.micro_batch_size)
+        restore_recursion(self.model, payload)
         self.best_exact_accuracy = float(payload.get("best_exact_accuracy", 0.0))
         self.best_step = int(payload.get("best_step", 0))
         self.best_metric = str(payload.get("best_metric", "exact_accuracy"))
@@ -153,7 +157,8 @@ class TrainState:
         notes = [
             f"{where}: {key} was {old!r}, now {new!r}; the continuation differs from the "
             "original run"
-            for key, old, new in spec_differences(payload["spec"], spec_to_dict(self.spec), "train")
+            for section in ("train", "plugins")
+            for key, old, new in spec_differences(payload["spec"], spec_to_dict(self.spec), section)
         ]
         if payload.get("trm_version") != trm.__version__:
             notes.append(
@@ -161,6 +166,25 @@ class TrainState:
                 f"this is trm {trm.__version__}"
             )
         return notes
+
+
+def recursion_in_force(model: torch.nn.Module) -> dict[str, Any] | None:
+    """The model's recursion in force (``recursion_in_force()``), None for a model without."""
+    read = getattr(model, "recursion_in_force", None)
+    return read() if callable(read) else None
+
+
+def restore_recursion(model: torch.nn.Module, payload: dict[str, Any]) -> None:
+    """Give ``model`` the recursion in force a checkpoint recorded (checkpoints written
+    before it was recorded, or by a model without it, leave the spec's values)."""
+    saved = payload.get("recursion")
+    setter = getattr(model, "set_recursion", None)
+    if saved and callable(setter):
+        setter(
+            H_cycles=int(saved["H_cycles"]),
+            L_cycles=int(saved["L_cycles"]),
+            halt_exploration_prob=float(saved["halt_exploration_prob"]),
+        )
 
 
 def last_good(state: TrainState) -> str:

@@ -233,6 +233,50 @@ class TinyRecursiveModel(nn.Module):
         with torch.no_grad():
             self.q_head.weight.zero_()
             self.q_head.bias.fill_(-5.0)
+        # In force now; the spec's values unless a schedule changed them (set_recursion).
+        self.H_cycles = arch.H_cycles
+        self.L_cycles = arch.L_cycles
+        self.halt_exploration_prob = arch.halt_exploration_prob
+
+    # ----------------------------------------------------------------- schedules
+
+    def set_recursion(
+        self,
+        H_cycles: int | None = None,
+        L_cycles: int | None = None,
+        halt_exploration_prob: float | None = None,
+    ) -> None:
+        """Change the recursion depth or the halting exploration for the next calls.
+
+        The model starts with the spec's values (``arch.H_cycles``, ``arch.L_cycles``,
+        ``arch.halt_exploration_prob``); a training schedule may change them between steps.
+        No shape depends on them, so weights, optimizer state and the carry stay valid, and
+        the compiled ``net`` is not recompiled for a new depth (the cycles loop in eager
+        Python around it). A value left None is kept. ValueError for a depth below 1 or a
+        probability outside [0, 1].
+        """
+        if H_cycles is not None:
+            if H_cycles < 1:
+                raise ValueError(f"H_cycles must be at least 1, got {H_cycles}")
+            self.H_cycles = int(H_cycles)
+        if L_cycles is not None:
+            if L_cycles < 1:
+                raise ValueError(f"L_cycles must be at least 1, got {L_cycles}")
+            self.L_cycles = int(L_cycles)
+        if halt_exploration_prob is not None:
+            if not 0.0 <= halt_exploration_prob <= 1.0:
+                raise ValueError(
+                    f"halt_exploration_prob must be in [0, 1], got {halt_exploration_prob}"
+                )
+            self.halt_exploration_prob = float(halt_exploration_prob)
+
+    def recursion_in_force(self) -> dict[str, int | float]:
+        """``H_cycles``, ``L_cycles`` and ``halt_exploration_prob`` as the next call uses them."""
+        return {
+            "H_cycles": self.H_cycles,
+            "L_cycles": self.L_cycles,
+            "halt_exploration_prob": self.halt_exploration_prob,
+        }
 
     # ----------------------------------------------------------------- sizes
 
@@ -299,10 +343,11 @@ class TinyRecursiveModel(nn.Module):
 
         Returns ``(z_H, z_L, logits, q_halt_logits, q_continue_logits)``; only the last H
         cycle is differentiable, z_H/z_L are returned with their graph (detach to carry).
+        The depth is the one in force (:meth:`set_recursion`; the spec's by default).
         """
         cos_sin = self.cos_sin()
         x = self.input_embeddings(data["inputs"], data["puzzle_identifiers"])
-        arch = self.arch
+        H_cycles, L_cycles = self.H_cycles, self.L_cycles
         position_major = self.net.position_major
         # As in the reference, under autocast the states are kept in the autocast dtype
         # (norms compute in float32); the MLP variant also goes position-major here.
@@ -313,11 +358,11 @@ class TinyRecursiveModel(nn.Module):
         z_H, z_L, x = (t.to(dtype=dtype, memory_format=torch.contiguous_format) for t in states)
         net = self.network_for_step()
         with torch.no_grad():
-            for _ in range(arch.H_cycles - 1):
-                for _ in range(arch.L_cycles):
+            for _ in range(H_cycles - 1):
+                for _ in range(L_cycles):
                     z_L = net(z_L, z_H + x, cos_sin)
                 z_H = net(z_H, z_L, cos_sin)
-        for _ in range(arch.L_cycles):
+        for _ in range(L_cycles):
             z_L = net(z_L, z_H + x, cos_sin)
         z_H = net(z_H, z_L, cos_sin)
         if position_major:
@@ -368,12 +413,13 @@ class TinyRecursiveModel(nn.Module):
     def draw_min_halt_steps(self, batch_size: int, device: torch.device | str) -> Tensor:
         """Exploration draws for ``batch_size`` rows: 0 (no minimum) or 2..halt_max_steps.
 
-        A row is held to its minimum with probability ``halt_exploration_prob``. The loop
+        A row is held to its minimum with probability ``halt_exploration_prob`` (the value in
+        force, see :meth:`set_recursion`). The loop
         draws once per optimizer step for the whole global batch and passes slices to
         ``forward``, so splitting the batch into micro-batches leaves the draws unchanged.
         """
         arch = self.arch
-        explore = torch.rand(batch_size, device=device) < arch.halt_exploration_prob
+        explore = torch.rand(batch_size, device=device) < self.halt_exploration_prob
         high = max(arch.halt_max_steps, 2) + 1
         minimum = torch.randint(2, high, (batch_size,), device=device, dtype=torch.int32)
         return explore * minimum

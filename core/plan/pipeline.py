@@ -146,6 +146,23 @@ def _as_change(change: Change | tuple) -> Change:
     return change if isinstance(change, Change) else Change(*change)
 
 
+def check_spec(pm: TrmPluginManager, spec: RunSpec, log: Log | None = None) -> None:
+    """Refuse ``[plugins.NAME]`` tables that name no installed plugin (a typo), note those of
+    plugins that are off, then let every enabled plugin check the spec (``check_spec``)."""
+    installed = {info.name: info.enabled for info in pm.infos}
+    for name in spec.plugins:
+        if name not in installed:
+            known = ", ".join(sorted(installed))
+            raise TrmError(
+                f"plugins.{name}: no installed plugin is called {name!r}; known: {known}"
+            )
+        if not installed[name] and log is not None:
+            log(
+                f"[plugins.{name}] is not used: the plugin is off (--plugins {name} switches it on)"
+            )
+    pm.hook.check_spec(spec=spec)
+
+
 def plan_run(
     pm: TrmPluginManager,
     spec: RunSpec,
@@ -160,9 +177,11 @@ def plan_run(
     ``run_dir`` is where the run reads its built data (``build_data``: build it there when
     the shape cannot be known otherwise). ``hardware`` reuses a profile already detected.
     The runtime is chosen again after adapting, since a tier may set precision or threads.
+    The plugins check the spec first (:func:`check_spec`).
     """
     if mode is not None and mode not in MODES:
         raise TrmError(f"mode {mode!r}: choose one of {', '.join(MODES)}")
+    check_spec(pm, spec, log)
     find_data_source(pm, spec.data.source)  # an unknown source is an error even with data.dir
     hardware = hardware if hardware is not None else detect_hardware(pm)
     runtime = choose_runtime(pm, spec, hardware)

@@ -16,7 +16,7 @@ from trm.data.shape import DatasetShape, read_shape
 from trm.errors import TrmError
 from trm.model import EMA, build_model
 from trm.spec import RunSpec, spec_from_dict
-from trm.state import tensor_differences
+from trm.state import restore_recursion, tensor_differences
 
 # At most this many weight problems are listed in one error line.
 MAX_LISTED = 4
@@ -83,7 +83,9 @@ def _refuse(payload: dict[str, Any], problems: list[str]) -> TrmError:
 
 
 def restore_model(payload: dict[str, Any], device: torch.device) -> tuple[RunSpec, Any]:
-    """The checkpoint's spec and its model in eval mode, with EMA weights when it has them.
+    """The checkpoint's spec and its model in eval mode, with EMA weights when it has them,
+    at the recursion depth it was trained with at that step (the spec's unless a schedule
+    plugin changed it; see ``trm.state.restore_recursion``).
 
     TrmError when the payload's spec, shape, weights or EMA shadows cannot make the model.
     """
@@ -126,6 +128,10 @@ def restore_model(payload: dict[str, Any], device: torch.device) -> tuple[RunSpe
             ema.copy_to(model)
         except (KeyError, RuntimeError, TypeError, ValueError) as exc:
             raise _refuse(payload, [f"EMA shadows: {exc}"]) from None
+    try:
+        restore_recursion(model, payload)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _refuse(payload, [f"recursion in force: {exc}"]) from None
     return spec, model.to(device).eval()
 
 

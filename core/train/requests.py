@@ -1,5 +1,6 @@
-"""Carrying out what plugins asked through ``TrainControl``: micro-batch sizes, thermal
-events, pauses. The loop calls these between steps (see docs/architecture.md for the order)."""
+"""Carrying out what plugins asked through ``TrainControl``: micro-batch sizes, recursion
+depth and halting exploration, thermal events, pauses. The loop calls these between steps (see
+docs/architecture.md for the order)."""
 
 from __future__ import annotations
 
@@ -74,3 +75,49 @@ def pause(state: TrainState, control: TrainControl, stops: StopRequests, journal
     while stops.reason is None and (left := deadline - time.perf_counter()) > 0:
         time.sleep(min(left, PAUSE_SLICE_S))
     return stops.reason is not None
+
+
+def apply_recursion_requests(state: TrainState, control: TrainControl, journal: Journal) -> None:
+    """Carry out the latest ``set_recursion_depth`` / ``set_halt_exploration`` requests.
+
+    The model takes them through its own API (``set_recursion``). A depth deeper than the
+    spec's ``arch.H_cycles`` / ``arch.L_cycles`` is capped there (the memory estimate plans
+    for the spec's depth). A depth change is recorded as a ``recursion`` event (``capped``
+    says whether the request was) and shown; the exploration probability, which a schedule
+    may change every step, is only recorded in the metrics rows.
+    """
+    model = state.model
+    if control.recursion_request is not None:
+        asked_H, asked_L, reason = control.recursion_request
+        control.recursion_request = None
+        arch = state.spec.arch
+        H_cycles, L_cycles = min(asked_H, arch.H_cycles), min(asked_L, arch.L_cycles)
+        old = (model.H_cycles, model.L_cycles)
+        if (H_cycles, L_cycles) != old:
+            model.set_recursion(H_cycles=H_cycles, L_cycles=L_cycles)
+            capped = (H_cycles, L_cycles) != (asked_H, asked_L)
+            journal.event(
+                state.step,
+                "recursion",
+                H_cycles=H_cycles,
+                L_cycles=L_cycles,
+                old_H_cycles=old[0],
+                old_L_cycles=old[1],
+                reason=reason,
+                capped=capped,
+                quiet=True,
+            )
+            note = (
+                f" (asked ({asked_H}, {asked_L}), capped at the spec's arch.H_cycles / "
+                "arch.L_cycles, for which memory was planned)"
+                if capped
+                else ""
+            )
+            journal.log(
+                f"step {state.step}: recursion depth (H_cycles, L_cycles) {old} -> "
+                f"({H_cycles}, {L_cycles}): {reason}{note}"
+            )
+    if control.halt_exploration_request is not None:
+        probability, _reason = control.halt_exploration_request
+        control.halt_exploration_request = None
+        model.set_recursion(halt_exploration_prob=probability)
