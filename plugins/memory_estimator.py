@@ -14,8 +14,9 @@ backward of the last micro-batch in a step after the first (optimizer states exi
     transient   the new carry rows, head and loss buffers (the float64 stable-max), the
                 gradient buffers of the first block backward reaches; the no-grad cycles'
                 working set where it is larger
-    backend     CPU: torch's runtime pages and glibc heap slack; CUDA: context, cuBLAS
-                workspace, caching-allocator slack
+    backend     CPU: torch's runtime pages and glibc heap slack (a measured share of the
+                activations, larger for a step of several micro-batches); CUDA: context,
+                cuBLAS workspace, caching-allocator slack
 
 Shapes: P positions (puzzle prefix + seq_len), D hidden, I_h / I_t the SwiGLU inner widths of
 the hidden MLP and of the MLP across positions (mlp_t). ``low`` is 2 bytes under bf16/fp16
@@ -94,16 +95,19 @@ EAGER_LARGE_TENSOR_SLACK = 0.18
 REUSE_COMPILED_LOW_LARGE_TENSOR_SLACK = 0.36
 # A step of several micro-batches leaves the heap larger than a step of one micro-batch of the
 # same size: every micro-batch allocates and frees the same tensors again, glibc does not put
-# them back where the last micro-batch had them, and the heap keeps a little more slack each
-# time. Measured by benchmarks/memory_accuracy.py (slack share of the activations, 2 optimizer
-# steps): compiled, 0.57 -> 0.68 -> 0.71 -> 0.83 over 1, 4, 12 and 24 micro-batches of the
-# Maze network (bf16, micro-batch 4, seq_len 900), 0.26 -> 0.45 over 1 to 16 of the Sudoku
-# MLP one, 0.57 -> 0.82-0.93 over 1 to 8-16 of the Sudoku attention one; eager, whose every
-# elementwise op allocates, about twice that: 0.55 -> 1.05 (bf16) and 0.45 -> 0.82 (fp32)
-# over 1 to 4 micro-batches of 2 Maze rows. Counted per doubling of the number of
-# micro-batches in a step, up to MICRO_BATCH_GROWTH_ROUNDS_MAX (about the most measured).
-MICRO_BATCH_HEAP_GROWTH = {"compiled": 0.07, "eager": 0.15}
-MICRO_BATCH_GROWTH_ROUNDS_MAX = 32
+# them back where the previous one had them, and the slack grows over the first few
+# micro-batches, then levels off. Measured by benchmarks/memory_accuracy.py (2 optimizer
+# steps; slack as a share of the activations, for 1 -> 4 -> 8-24 micro-batches a step):
+# compiled, Maze network bf16 micro-batch 4 at seq_len 900 0.57 -> 0.68 -> 0.71 (12) and
+# 0.83 (24), Sudoku attention bf16 0.57 -> 0.80 -> 0.93 (8) and 0.82 (16), Sudoku MLP bf16
+# 0.26 -> 0.30-0.40 -> 0.45 (16); eager, whose every elementwise op allocates, Sudoku
+# attention bf16 0.57 -> 0.92 -> 0.86 (16), Maze bf16 0.55 -> 1.05 (micro-batch 2) and 1.09
+# (8, of 3), Maze fp32 0.45 -> 0.82. Counted as a share of the one-micro-batch slack that
+# ramps up with log2 of the step's micro-batches and is full from 4 on: compiled +50%, eager
+# +100%. A real run agrees: trm run of specs/maze-hard-att.toml at micro-batch 8 of 128 (16
+# a step, compiled bf16) peaked at 3.53 GiB resident, predicted 3.70 GiB.
+MICRO_BATCH_HEAP_GROWTH = {"compiled": 0.5, "eager": 1.0}
+MICRO_BATCHES_FOR_FULL_GROWTH = 4
 # CUDA: the context (driver, kernels) lives outside PyTorch's allocator; the caching
 # allocator rounds and splits blocks; cuBLAS keeps a workspace per stream.
 CUDA_CONTEXT_BYTES = 500 * MIB
@@ -308,17 +312,19 @@ def heap_slack_share(
     arch: ArchSpec, s: Sizes, precision: str, micro: int, global_batch: int, runtime: RuntimeChoice
 ) -> tuple[float, float]:
     """CPU: glibc's heap slack as a share of the activations, and the share of the
-    activations held in tensors under ``MMAP_THRESHOLD_MAX`` (see the constants above)."""
+    activations held in tensors under ``MMAP_THRESHOLD_MAX`` (see the constants above): the
+    slack of one micro-batch, grown for a step of several (``MICRO_BATCH_HEAP_GROWTH``)."""
     small = small_tensor_share(arch, s, precision, micro, runtime.compile)
     block = heap_slack_fraction(arch, precision, runtime.compile)
     large = LARGE_TENSOR_SLACK if runtime.compile else EAGER_LARGE_TENSOR_SLACK
     if runtime.reuse_host_memory:  # large tensors stay on the heap too (trm.device.host_memory)
         compiled_low = runtime.compile and low_bytes(precision) != F32
         large = max(REUSE_COMPILED_LOW_LARGE_TENSOR_SLACK, block) if compiled_low else block
-    rounds = -(-global_batch // micro)
-    per_doubling = MICRO_BATCH_HEAP_GROWTH["compiled" if runtime.compile else "eager"]
-    growth = per_doubling * math.log2(min(rounds, MICRO_BATCH_GROWTH_ROUNDS_MAX))
-    return small * block + (1 - small) * large + growth, small
+    one_micro_batch = small * block + (1 - small) * large
+    micro_batches = -(-global_batch // micro)
+    ramp = min(1.0, math.log2(micro_batches) / math.log2(MICRO_BATCHES_FOR_FULL_GROWTH))
+    growth = MICRO_BATCH_HEAP_GROWTH["compiled" if runtime.compile else "eager"] * ramp
+    return one_micro_batch * (1 + growth), small
 
 
 def _dataset_bytes(
@@ -481,14 +487,15 @@ def estimate_items(
             "kernel code pages, OpenMP and oneDNN state touched by the first step",
         )
         slack, small = heap_slack_share(arch, s, precision, micro, global_batch, runtime)
-        rounds = -(-global_batch // micro)
+        micro_batches = -(-global_batch // micro)
+        grows = f"; the heap grows over the step's {micro_batches} micro-batches"
         add(
             "allocator fragmentation",
             slack * activations,
             f"glibc heap slack: {slack:.0%} of the activations ({small:.0%} of them in "
             f"tensors under {MMAP_THRESHOLD_MAX // MIB} MiB, which stay on the heap"
             + ("; host memory reused, so larger ones do too" if runtime.reuse_host_memory else "")
-            + (f"; the heap grows over the step's {rounds} micro-batches" if rounds > 1 else "")
+            + (grows if micro_batches > 1 else "")
             + "; measured allowances for this block type and precision on Linux/glibc)",
         )
     if runtime.compile:
