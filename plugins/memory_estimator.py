@@ -105,7 +105,7 @@ REUSE_COMPILED_LOW_LARGE_TENSOR_SLACK = 0.36
 # (8, of 3), Maze fp32 0.45 -> 0.82. Counted as a share of the one-micro-batch slack that
 # ramps up with log2 of the step's micro-batches and is full from 4 on: compiled +50%, eager
 # +100%. A real run agrees: trm run of specs/maze-hard-att.toml at micro-batch 8 of 128 (16
-# a step, compiled bf16) peaked at 3.53 GiB resident, predicted 3.70 GiB.
+# a step, compiled bf16) peaked at 3.53 GiB resident, predicted 3.71 GiB.
 MICRO_BATCH_HEAP_GROWTH = {"compiled": 0.5, "eager": 1.0}
 MICRO_BATCHES_FOR_FULL_GROWTH = 4
 # CUDA: the context (driver, kernels) lives outside PyTorch's allocator; the caching
