@@ -15,9 +15,9 @@ Each row runs in a fresh subprocess (so no allocator state, cache or page carrie
    peak *since the baseline*. Where clear_refs cannot be written, a thread samples the RSS
    every millisecond instead (psutil) and its maximum is used (the method is reported);
 3. build the model, optimizers and EMA exactly as ``trm run`` does, and run two optimizer
-   steps with the loop's own :func:`trm.train.step.accumulate_gradients` followed by the carry
-   write-back, the optimizer steps and the EMA update. The second step is the peak: the
-   optimizer moments exist by then;
+   steps with the loop's own :func:`trm.train.step.accumulate_gradients` (over the row's
+   micro-batches of its global batch) followed by the carry write-back, the optimizer steps
+   and the EMA update. The second step is the peak: the optimizer moments exist by then;
 4. measured = ``VmHWM`` - baseline RSS (CPU); on CUDA ``torch.cuda.max_memory_allocated``
    after ``reset_peak_memory_stats`` (the caching allocator's live bytes; the CUDA context
    is outside it).
