@@ -15,9 +15,9 @@ Each row runs in a fresh subprocess (so no allocator state, cache or page carrie
    peak *since the baseline*. Where clear_refs cannot be written, a thread samples the RSS
    every millisecond instead (psutil) and its maximum is used (the method is reported);
 3. build the model, optimizers and EMA exactly as ``trm run`` does, and run two optimizer
-   steps with the loop's own :func:`trm.train.step.accumulate_gradients` followed by the carry
-   write-back, the optimizer steps and the EMA update. The second step is the peak: the
-   optimizer moments exist by then;
+   steps with the loop's own :func:`trm.train.step.accumulate_gradients` (over the row's
+   micro-batches of its global batch) followed by the carry write-back, the optimizer steps
+   and the EMA update. The second step is the peak: the optimizer moments exist by then;
 4. measured = ``VmHWM`` - baseline RSS (CPU); on CUDA ``torch.cuda.max_memory_allocated``
    after ``reset_peak_memory_stats`` (the caching allocator's live bytes; the CUDA context
    is outside it).
@@ -47,11 +47,20 @@ from pathlib import Path
 from typing import Any
 
 GOAL = 0.10
-SEQ_LEN, VOCAB = 81, 11  # 9x9 Sudoku
+SEQ_LEN, VOCAB = 81, 11  # 9x9 Sudoku, the shape of every row that names no other
 
-# (label, arch overrides, micro/global batch, precision); at least 20 rows over batch 1-512,
-# hidden 64-512, cycles, attention and mlp_t, fp32 and bf16.
+# (label, arch overrides, batch, precision[, compiled[, shape]]); at least 20 rows over batch
+# 1-512, hidden 64-512, cycles, attention and mlp_t, fp32 and bf16. ``batch`` is the micro-
+# batch; ``shape`` (a dict) may set ``seq_len``, ``vocab``, ``identifiers`` (puzzle
+# identifiers, drawn at random per row) and ``global_batch`` (default: the micro-batch; when
+# larger, the step runs over several micro-batches and the carry holds the whole global batch)
+# and ``reuse`` (False: glibc returns large freed blocks to the system, as with
+# ``runtime.host_memory = "system"``; default: freed memory kept for reuse, as trm run does).
 _SMALL = {"puzzle_emb_ndim": 0, "puzzle_emb_len": 1}
+# specs/maze-hard-att.toml's network (ArchSpec's defaults give its 16-token puzzle prefix)
+_MAZE = {"hidden_size": 512, "num_heads": 8, "L_layers": 2, "H_cycles": 3, "L_cycles": 4}
+_MAZE_DATA = {"seq_len": 900, "vocab": 6, "identifiers": 1}
+_ARC_DATA = {"seq_len": 900, "vocab": 12, "identifiers": 10_000}
 GRID: list[tuple[Any, ...]] = [
     ("mlp h64 b1", {"hidden_size": 64, "num_heads": 4, "mlp_t": True, **_SMALL}, 1, "fp32"),
     ("mlp h64 b64", {"hidden_size": 64, "num_heads": 4, "mlp_t": True, **_SMALL}, 64, "fp32"),
@@ -115,45 +124,104 @@ GRID: list[tuple[Any, ...]] = [
     # eager fp32 with most activations in tensors over glibc's mmap threshold
     ("mlp h512 b64", {"hidden_size": 512, "mlp_t": True}, 64, "fp32"),
     ("att h512 b32", {"hidden_size": 512}, 32, "fp32"),
+    # several micro-batches per step (the carry holds the whole global batch), Sudoku shape
+    ("att h512 b16/64 bf16 comp", {"hidden_size": 512}, 16, "bf16", True, {"global_batch": 64}),
+    (
+        "mlp h512 b32/128 bf16 comp",
+        {"hidden_size": 512, "mlp_t": True},
+        32,
+        "bf16",
+        True,
+        {"global_batch": 128},
+    ),
+    # seq_len 900 (30x30 grids), where attention costs 100x more per row than at 81: the
+    # Maze-Hard shape (specs/maze-hard-att.toml: vocab 6, one identifier, hidden 512, RoPE,
+    # H3 L4) and the ARC shape (vocab 12, the 16-token prefix from 10,000 identifiers), each
+    # micro-batch one of several in a larger global batch
+    ("maze b2/8", _MAZE, 2, "fp32", False, {**_MAZE_DATA, "global_batch": 8}),
+    ("maze b8/24", _MAZE, 8, "fp32", False, {**_MAZE_DATA, "global_batch": 24}),
+    ("maze b2/8 bf16", _MAZE, 2, "bf16", False, {**_MAZE_DATA, "global_batch": 8}),
+    ("maze b8/24 bf16", _MAZE, 8, "bf16", False, {**_MAZE_DATA, "global_batch": 24}),
+    ("maze b8/24 comp", _MAZE, 8, "fp32", True, {**_MAZE_DATA, "global_batch": 24}),
+    ("maze b2/8 bf16 comp", _MAZE, 2, "bf16", True, {**_MAZE_DATA, "global_batch": 8}),
+    ("maze b8/24 bf16 comp", _MAZE, 8, "bf16", True, {**_MAZE_DATA, "global_batch": 24}),
+    ("maze b16/32 bf16 comp", _MAZE, 16, "bf16", True, {**_MAZE_DATA, "global_batch": 32}),
+    ("arc b4/12 bf16", _MAZE, 4, "bf16", False, {**_ARC_DATA, "global_batch": 12}),
+    ("arc b8/24 bf16 comp", _MAZE, 8, "bf16", True, {**_ARC_DATA, "global_batch": 24}),
+    (
+        "maze b8/24 bf16 comp system",
+        _MAZE,
+        8,
+        "bf16",
+        True,
+        {**_MAZE_DATA, "global_batch": 24, "reuse": False},
+    ),
 ]
 
 
-def build_spec(arch: dict[str, Any], batch: int, precision: str, compiled: bool = False) -> Any:
+def row_config(index: int, device: str) -> dict[str, Any]:
+    """Row ``index`` of GRID as the child's configuration (JSON-ready)."""
+    label, arch, batch, precision, *flags = GRID[index]
+    compiled = bool(flags and flags[0])
+    shape = flags[1] if len(flags) > 1 else {}
+    return {
+        "label": label,
+        "arch": arch,
+        "batch": batch,
+        "global_batch": shape.get("global_batch", batch),
+        "seq_len": shape.get("seq_len", SEQ_LEN),
+        "vocab": shape.get("vocab", VOCAB),
+        "identifiers": shape.get("identifiers", 1),
+        "precision": precision,
+        "device": device,
+        "compile": compiled,
+        "reuse": shape.get("reuse", True),
+    }
+
+
+def build_spec(config: dict[str, Any]) -> Any:
     from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec
 
     return RunSpec(
         name="memory-accuracy",
-        arch=ArchSpec(**arch),
-        train=TrainSpec(global_batch_size=batch, max_steps=2, ema=True),
-        runtime=RuntimeSpec(device="cpu", precision=precision, compile="on" if compiled else "off"),
+        arch=ArchSpec(**config["arch"]),
+        train=TrainSpec(global_batch_size=config["global_batch"], max_steps=2, ema=True),
+        runtime=RuntimeSpec(
+            device="cpu",
+            precision=config["precision"],
+            compile="on" if config["compile"] else "off",
+            micro_batch_size=config["batch"],
+        ),
     )
 
 
-def predicted_bytes(
-    arch: dict[str, Any],
-    batch: int,
-    precision: str,
-    device: str,
-    compiled: bool = False,
-    reuse: bool = False,
-) -> tuple[int, dict[str, int]]:
+def dataset_shape(config: dict[str, Any]) -> Any:
+    from trm.data.shape import DatasetShape
+
+    return DatasetShape(config["seq_len"], config["vocab"], config["identifiers"])
+
+
+def predicted_bytes(config: dict[str, Any], reuse: bool = False) -> tuple[int, dict[str, int]]:
     """Estimator total for the row, less the items the measurement leaves out; ``reuse``:
     the child kept freed host memory for reuse (trm.device.host_memory), as trm run does."""
-    from trm.data.shape import DatasetShape
     from trm.hardware import HardwareProfile
     from trm.plugins.memory_estimator import estimate_items
     from trm.runtime import RuntimeChoice
 
-    spec = build_spec(arch, batch, precision, compiled)
+    device, compiled = config["device"], config["compile"]
     runtime = RuntimeChoice(
         device=device,
-        precision=precision,
+        precision=config["precision"],
         threads=2,
         compile=compiled,
         reuse_host_memory=reuse,
     )
     items = estimate_items(
-        spec, HardwareProfile(), runtime, DatasetShape(SEQ_LEN, VOCAB, 1), process_baseline_bytes=0
+        build_spec(config),
+        HardwareProfile(),
+        runtime,
+        dataset_shape(config),
+        process_baseline_bytes=0,
     )
     left_out = {"process baseline", "data-loader buffers"}
     if device == "cuda":
@@ -201,7 +269,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from trm.device.compile import compile_for_runtime
-    from trm.device.host_memory import reuse_freed_memory
+    from trm.device.host_memory import idle_heap_bytes, reuse_freed_memory
     from trm.device.transfer import to_device
     from trm.model import EMA, TinyRecursiveModel, build_optimizers
     from trm.runtime import RuntimeChoice
@@ -210,16 +278,17 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
     torch.set_num_threads(2)
     device = torch.device(config["device"])
     compiled = bool(config.get("compile"))
-    spec = build_spec(config["arch"], config["batch"], config["precision"], compiled)
-    batch_size = config["batch"]
+    spec = build_spec(config)
+    micro, batch_size = config["batch"], config["global_batch"]
+    seq_len, vocab, identifiers = config["seq_len"], config["vocab"], config["identifiers"]
     rng = np.random.default_rng(0)
     batch_np = {
-        "inputs": rng.integers(1, VOCAB, (batch_size, SEQ_LEN)),
-        "labels": rng.integers(2, VOCAB, (batch_size, SEQ_LEN)),
-        "puzzle_identifiers": np.zeros(batch_size, dtype=np.int64),
+        "inputs": rng.integers(1, vocab, (batch_size, seq_len)),
+        "labels": rng.integers(2, vocab, (batch_size, seq_len)),
+        "puzzle_identifiers": rng.integers(0, identifiers, batch_size),
     }
     # as trm run does on a CPU (the cpu plugin's choice, applied when the loop starts)
-    reuse = device.type == "cpu" and reuse_freed_memory()
+    reuse = device.type == "cpu" and config.get("reuse", True) and reuse_freed_memory()
     runtime = RuntimeChoice(str(device), config["precision"], 2, compiled, reuse_host_memory=reuse)
     dtype = runtime.autocast_dtype
     method = "VmHWM after clear_refs"
@@ -237,7 +306,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
             sampler = _Sampler()
             method = "RSS sampled every 1 ms (psutil)"
 
-    model = TinyRecursiveModel(spec.arch, SEQ_LEN, VOCAB, 1).to(device)
+    model = TinyRecursiveModel(spec.arch, seq_len, vocab, identifiers).to(device)
     model.train()
     compile_for_runtime(model, runtime)  # as trm run does; a no-op unless compiled
     optimizers = build_optimizers(model, spec.train)
@@ -253,7 +322,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
             carry,
             device_batch,
             min_halt_steps=min_halt,
-            micro_batch_size=batch_size,
+            micro_batch_size=micro,
             loss=spec.arch.loss,
             divisor=batch_size,
             device=device,
@@ -272,7 +341,14 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
         measured = sampler.stop() - start
     else:
         measured = _status_kib("VmHWM") * 1024 - start
-    return {"measured_bytes": int(measured), "method": method, "host_memory_reuse": reuse}
+    # free bytes the C library's heap holds at the end (glibc only): where memory is reused,
+    # at least this much of the peak was heap slack rather than live tensors
+    return {
+        "measured_bytes": int(measured),
+        "method": method,
+        "host_memory_reuse": reuse,
+        "heap_idle_bytes": idle_heap_bytes(),
+    }
 
 
 # ----------------------------------------------------------------------------- parent
@@ -286,15 +362,12 @@ def cpu_has_native_bf16() -> bool:
 
 
 def run_row(index: int, device: str) -> dict[str, Any]:
-    label, arch, batch, precision, *flags = GRID[index]
-    compiled = bool(flags and flags[0])
-    config = {
-        "arch": arch,
-        "batch": batch,
-        "precision": precision,
-        "device": device,
-        "compile": compiled,
-    }
+    return run_config(row_config(index, device))
+
+
+def run_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Measure one configuration (see :func:`row_config`) in a fresh process."""
+    label, batch, arch = config["label"], config["batch"], config["arch"]
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, __file__, "--child", json.dumps(config)],
@@ -307,20 +380,25 @@ def run_row(index: int, device: str) -> dict[str, Any]:
         return {"label": label, "error": proc.stderr.strip().splitlines()[-1:]}
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     reuse = bool(result.get("host_memory_reuse"))
-    predicted, items = predicted_bytes(arch, batch, precision, device, compiled, reuse)
+    predicted, items = predicted_bytes(config, reuse)
     measured = result["measured_bytes"]
     return {
         "label": label,
         "batch": batch,
+        "global_batch": config["global_batch"],
+        "seq_len": config["seq_len"],
+        "vocab": config["vocab"],
+        "identifiers": config["identifiers"],
         "hidden": arch.get("hidden_size", 512),
         "variant": "mlp_t" if arch.get("mlp_t") else "attention",
-        "precision": precision,
-        "compiled": compiled,
+        "precision": config["precision"],
+        "compiled": config["compile"],
         "predicted_bytes": predicted,
         "measured_bytes": measured,
         "error": predicted / measured - 1.0 if measured > 0 else None,
         "method": result["method"],
         "host_memory_reuse": reuse,
+        "heap_idle_bytes": result.get("heap_idle_bytes"),
         "seconds": round(time.perf_counter() - started, 1),
         "items": items,
     }

@@ -14,8 +14,9 @@ backward of the last micro-batch in a step after the first (optimizer states exi
     transient   the new carry rows, head and loss buffers (the float64 stable-max), the
                 gradient buffers of the first block backward reaches; the no-grad cycles'
                 working set where it is larger
-    backend     CPU: torch's runtime pages and glibc heap slack; CUDA: context, cuBLAS
-                workspace, caching-allocator slack
+    backend     CPU: torch's runtime pages and glibc heap slack (a measured share of the
+                activations, larger for a step of several micro-batches); CUDA: context,
+                cuBLAS workspace, caching-allocator slack
 
 Shapes: P positions (puzzle prefix + seq_len), D hidden, I_h / I_t the SwiGLU inner widths of
 the hidden MLP and of the MLP across positions (mlp_t). ``low`` is 2 bytes under bf16/fp16
@@ -26,6 +27,7 @@ has it) keeps only each call's inputs and recomputes one call during backward.
 from __future__ import annotations
 
 import functools
+import math
 import os
 
 import psutil
@@ -67,8 +69,12 @@ HEAP_SLACK_FRACTION = {
     ("attention", "fp32"): 0.35,
     ("attention", "low"): 0.30,
     ("attention+rope", "fp32"): 0.35,
-    ("attention+rope", "low"): 0.45,
+    ("attention+rope", "low"): 0.55,
 }
+# Compiled runs where the share differs from the eager one: Inductor fuses the float32 RoPE
+# and norm temporaries of an fp32 attention block away (measured 0.26 and 0.31, Sudoku and
+# Maze shapes, by benchmarks/memory_accuracy.py).
+COMPILED_HEAP_SLACK_FRACTION = {("attention+rope", "fp32"): 0.25}
 # glibc serves an allocation of at least this size (its largest dynamic mmap threshold on
 # 64-bit) with its own mapping, returned to the system on free: such tensors leave no heap
 # holes. The allowance for activations held in them is smaller (LARGE_TENSOR_SLACK: what the
@@ -88,6 +94,21 @@ EAGER_LARGE_TENSOR_SLACK = 0.18
 # benchmarks/tier_fit.py on the Sudoku MLP recipe (micro-batches 177 and 289, bf16,
 # compiled: 0.37 and 0.34 needed) on a 2-core Xeon with glibc 2.36.
 REUSE_COMPILED_LOW_LARGE_TENSOR_SLACK = 0.36
+# A step of several micro-batches leaves the heap larger than a step of one micro-batch of the
+# same size: every micro-batch allocates and frees the same tensors again, glibc does not put
+# them back where the previous one had them, and the slack grows over the first few
+# micro-batches, then levels off. Measured by benchmarks/memory_accuracy.py (2 optimizer
+# steps; slack as a share of the activations, for 1 -> 4 -> 8-24 micro-batches a step):
+# compiled, Maze network bf16 micro-batch 4 at seq_len 900 0.57 -> 0.68 -> 0.71 (12) and
+# 0.83 (24), Sudoku attention bf16 0.57 -> 0.80 -> 0.93 (8) and 0.82 (16), Sudoku MLP bf16
+# 0.26 -> 0.30-0.40 -> 0.45 (16); eager, whose every elementwise op allocates, Sudoku
+# attention bf16 0.57 -> 0.92 -> 0.86 (16), Maze bf16 0.55 -> 1.05 (micro-batch 2) and 1.09
+# (8, of 3), Maze fp32 0.45 -> 0.82. Counted as a share of the one-micro-batch slack that
+# ramps up with log2 of the step's micro-batches and is full from 4 on: compiled +50%, eager
+# +100%. A real run agrees: trm run of specs/maze-hard-att.toml at micro-batch 8 of 128 (16
+# a step, compiled bf16) peaked at 3.53 GiB resident, predicted 3.71 GiB.
+MICRO_BATCH_HEAP_GROWTH = {"compiled": 0.5, "eager": 1.0}
+MICRO_BATCHES_FOR_FULL_GROWTH = 4
 # CUDA: the context (driver, kernels) lives outside PyTorch's allocator; the caching
 # allocator rounds and splits blocks; cuBLAS keeps a workspace per stream.
 CUDA_CONTEXT_BYTES = 500 * MIB
@@ -265,13 +286,16 @@ def head_and_loss_bytes(s: Sizes, precision: str) -> int:
     return head_input + sv * low + 7 * sv * F64 + s.seq_len * (I64 + 1)
 
 
-def heap_slack_fraction(arch: ArchSpec, precision: str) -> float:
-    """The glibc heap-slack allowance for this block type and precision (see the constant)."""
+def heap_slack_fraction(arch: ArchSpec, precision: str, compiled: bool = False) -> float:
+    """The glibc heap-slack allowance for this block type and precision (see the constants)."""
     if arch.mlp_t:
         kind = "mlp_t"
     else:
         kind = "attention+rope" if arch.pos_encodings == "rope" else "attention"
-    return HEAP_SLACK_FRACTION[(kind, "fp32" if low_bytes(precision) == F32 else "low")]
+    key = (kind, "fp32" if low_bytes(precision) == F32 else "low")
+    if compiled and key in COMPILED_HEAP_SLACK_FRACTION:
+        return COMPILED_HEAP_SLACK_FRACTION[key]
+    return HEAP_SLACK_FRACTION[key]
 
 
 def small_tensor_share(
@@ -283,6 +307,26 @@ def small_tensor_share(
     ]
     total = sum(sizes)
     return sum(b for b in sizes if b < MMAP_THRESHOLD_MAX) / total if total else 1.0
+
+
+def heap_slack_share(
+    arch: ArchSpec, s: Sizes, precision: str, micro: int, rows: int, runtime: RuntimeChoice
+) -> tuple[float, float]:
+    """CPU: glibc's heap slack as a share of the activations, and the share of the
+    activations held in tensors under ``MMAP_THRESHOLD_MAX`` (see the constants above): the
+    slack of one micro-batch, grown for a step of several (``MICRO_BATCH_HEAP_GROWTH``) over
+    this process's ``rows`` of the global batch."""
+    small = small_tensor_share(arch, s, precision, micro, runtime.compile)
+    block = heap_slack_fraction(arch, precision, runtime.compile)
+    large = LARGE_TENSOR_SLACK if runtime.compile else EAGER_LARGE_TENSOR_SLACK
+    if runtime.reuse_host_memory:  # large tensors stay on the heap too (trm.device.host_memory)
+        compiled_low = runtime.compile and low_bytes(precision) != F32
+        large = max(REUSE_COMPILED_LOW_LARGE_TENSOR_SLACK, block) if compiled_low else block
+    one_micro_batch = small * block + (1 - small) * large
+    micro_batches = -(-rows // micro)
+    ramp = min(1.0, math.log2(micro_batches) / math.log2(MICRO_BATCHES_FOR_FULL_GROWTH))
+    growth = MICRO_BATCH_HEAP_GROWTH["compiled" if runtime.compile else "eager"] * ramp
+    return one_micro_batch * (1 + growth), small
 
 
 def _dataset_bytes(
@@ -455,22 +499,16 @@ def estimate_items(
             CPU_RUNTIME_BYTES,
             "kernel code pages, OpenMP and oneDNN state touched by the first step",
         )
-        small = small_tensor_share(arch, s, precision, micro, runtime.compile)
-        large = LARGE_TENSOR_SLACK if runtime.compile else EAGER_LARGE_TENSOR_SLACK
-        if runtime.reuse_host_memory:  # large tensors stay on the heap too (trm.device.host_memory)
-            low = low_bytes(precision) != F32
-            large = (
-                REUSE_COMPILED_LOW_LARGE_TENSOR_SLACK
-                if runtime.compile and low
-                else heap_slack_fraction(arch, precision)
-            )
-        slack = small * heap_slack_fraction(arch, precision) + (1 - small) * large
+        slack, small = heap_slack_share(arch, s, precision, micro, rows, runtime)
+        micro_batches = -(-rows // micro)
+        grows = f"; the heap grows over the step's {micro_batches} micro-batches"
         add(
             "allocator fragmentation",
             slack * activations,
             f"glibc heap slack: {slack:.0%} of the activations ({small:.0%} of them in "
             f"tensors under {MMAP_THRESHOLD_MAX // MIB} MiB, which stay on the heap"
             + ("; host memory reused, so larger ones do too" if runtime.reuse_host_memory else "")
+            + (grows if micro_batches > 1 else "")
             + "; measured allowances for this block type and precision on Linux/glibc)",
         )
     if runtime.compile:

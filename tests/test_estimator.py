@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import types
 
 import attrs
@@ -20,20 +21,23 @@ from trm.spec import ArchSpec, RunSpec, TrainSpec
 from trm.testing import check_memory_estimator
 
 SUDOKU = DatasetShape(seq_len=16, vocab_size=6, num_puzzle_identifiers=1)
+MAZE = DatasetShape(seq_len=900, vocab_size=6, num_puzzle_identifiers=1)  # 30x30 grids
 
 
-def saved_bytes_per_sample(arch: ArchSpec, precision: str, compiled: bool = False) -> float:
+def saved_bytes_per_sample(
+    arch: ArchSpec, precision: str, compiled: bool = False, shape: DatasetShape = SUDOKU
+) -> float:
     """Bytes autograd keeps per extra sample for one training forward of the real model
     (with ``compiled``, its network compiled by torch.compile as ``trm run`` does)."""
 
     def saved(batch: int) -> int:
         torch.manual_seed(0)
-        model = TinyRecursiveModel(arch, SUDOKU.seq_len, SUDOKU.vocab_size, 1).train()
+        model = TinyRecursiveModel(arch, shape.seq_len, shape.vocab_size, 1).train()
         if compiled:
             model.net.compile(dynamic=False)
         data = {
-            "inputs": torch.randint(1, 6, (batch, 16)),
-            "labels": torch.randint(2, 6, (batch, 16)),
+            "inputs": torch.randint(1, 6, (batch, shape.seq_len)),
+            "labels": torch.randint(2, 6, (batch, shape.seq_len)),
             "puzzle_identifiers": torch.zeros(batch, dtype=torch.long),
         }
         storages: dict[int, int] = {}
@@ -72,6 +76,65 @@ def test_activation_count_matches_what_autograd_saves_within_3_percent(overrides
     predicted = memory_estimator.step_activation_bytes(arch, sizes, precision)
     measured = saved_bytes_per_sample(arch, precision)
     assert predicted == pytest.approx(measured, rel=0.03)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_attention_at_seq_len_900_keeps_no_score_matrix(precision):
+    """At 900 positions a [B, heads, P, P] score matrix would be 15x the rest of a call; the
+    fused attention keeps only q, k, v, its output and the log-sum-exp, as counted."""
+    arch = ArchSpec(
+        hidden_size=64, num_heads=4, H_cycles=1, L_cycles=1, puzzle_emb_ndim=0, puzzle_emb_len=1
+    )
+    sizes = memory_estimator.model_sizes(arch, MAZE)
+    predicted = memory_estimator.step_activation_bytes(arch, sizes, precision)
+    measured = saved_bytes_per_sample(arch, precision, shape=MAZE)
+    assert predicted == pytest.approx(measured, rel=0.03)
+    scores_per_call = arch.L_layers * 4 * arch.num_heads * sizes.positions**2  # float32
+    assert measured < (arch.L_cycles + 1) * scores_per_call
+
+
+def maze_step_items(micro: int, global_batch: int, compiled: bool) -> dict[str, int]:
+    """The estimator's items for specs/maze-hard-att.toml's network at seq_len 900 (bf16,
+    host memory reused, as on a CPU with native bf16 and glibc)."""
+    arch = ArchSpec(hidden_size=512, num_heads=8, L_layers=2, H_cycles=3, L_cycles=4)
+    spec = RunSpec(arch=arch, train=TrainSpec(global_batch_size=global_batch))
+    spec = attrs.evolve(spec, runtime=attrs.evolve(spec.runtime, micro_batch_size=micro))
+    runtime = RuntimeChoice("cpu", "bf16", 2, compiled, reuse_host_memory=True)
+    items = memory_estimator.estimate_items(
+        spec, HardwareProfile(), runtime, MAZE, process_baseline_bytes=0
+    )
+    return {item.name: item.bytes for item in items}
+
+
+@pytest.mark.parametrize(("compiled", "full_growth"), [(True, 0.5), (False, 1.0)])
+def test_maze_heap_slack_grows_over_the_first_micro_batches_of_a_step(compiled, full_growth):
+    """Pins the heap-slack arithmetic at seq_len 900: the attention+rope bf16 share of one
+    micro-batch (0.55, the same for tensors under and over 32 MiB when memory is reused),
+    grown with log2 of the step's micro-batches up to its full growth from 4 on."""
+
+    def share(micro: int, global_batch: int) -> float:
+        items = maze_step_items(micro, global_batch, compiled)
+        return items["allocator fragmentation"] / items["activations"]
+
+    assert share(8, 8) == pytest.approx(0.55, abs=1e-6)
+    assert share(8, 16) == pytest.approx(0.55 * (1 + full_growth / 2), abs=1e-6)
+    assert share(8, 24) == pytest.approx(0.55 * (1 + full_growth * math.log2(3) / 2), abs=1e-6)
+    full = 0.55 * (1 + full_growth)
+    assert share(8, 32) == share(43, 768) == share(2, 512) == pytest.approx(full, abs=1e-6)
+
+
+def test_maze_step_at_micro_batch_43_of_768_counts_the_carry_and_activations():
+    """The items of the paper's Maze step that the lead measured (specs/maze-hard-att.toml,
+    micro-batch 43 of 768, compiled bf16): float32 carry of all 768 rows of 916 x 512,
+    5 grad-carrying calls of 2 layers at 43 rows, and their new bf16 carry rows."""
+    items = maze_step_items(43, 768, compiled=True)
+    positions, hidden = 916, 512
+    assert items["carry (z_H, z_L)"] == 768 * (2 * 4 * positions * hidden + 4 + 1 + 900 * 16 + 8)
+    arch = ArchSpec(hidden_size=512, num_heads=8, L_layers=2, H_cycles=3, L_cycles=4)
+    sizes = memory_estimator.model_sizes(arch, MAZE)
+    per_call = memory_estimator.net_call_bytes(arch, sizes, "bf16", compiled=True)
+    assert items["activations"] == 43 * 5 * per_call
+    assert 7.0 * 2**30 < items["activations"] < 7.3 * 2**30
 
 
 def test_weights_item_counts_the_real_parameters():
