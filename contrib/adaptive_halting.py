@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from trm import hookimpl
-from trm.contrib.options import RunPosition, end_step, read_table, refuse
+from trm.contrib.options import RunPosition, StepSchedule, end_step, read_table, refuse
 from trm.control import TrainControl
 from trm.spec import RunSpec
 
@@ -62,29 +61,14 @@ def read_options(spec: RunSpec) -> AdaptiveHaltingOptions:
     return options
 
 
-class AdaptiveHalting:
-    """Adaptive halting: anneal the halting exploration probability over training.
-
-    One instance per run; it keeps the run's options between hooks.
-    """
-
-    ACTIVATION = "opt-in"
+class AdaptiveHalting(StepSchedule[AdaptiveHaltingOptions]):
+    """Adaptive halting: anneal the halting exploration probability over training."""
 
     def __init__(self) -> None:
-        self.options = AdaptiveHaltingOptions()
+        super().__init__(AdaptiveHaltingOptions())
 
-    @hookimpl
-    def check_spec(self, spec: RunSpec) -> None:
-        read_options(spec)
-
-    @hookimpl
-    def on_train_start(self, state: RunPosition, control: TrainControl) -> None:
-        self.options = read_options(state.spec)
-        self.ask(state, control)
-
-    @hookimpl
-    def on_step(self, state: RunPosition, control: TrainControl) -> None:
-        self.ask(state, control)
+    def read_options(self, spec: RunSpec) -> AdaptiveHaltingOptions:
+        return read_options(spec)
 
     def ask(self, state: RunPosition, control: TrainControl) -> None:
         """Ask for the probability of the step the loop takes next (index ``state.step``)."""

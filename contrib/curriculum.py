@@ -28,8 +28,7 @@ from typing import Any
 
 from attrs import frozen
 
-from trm import hookimpl
-from trm.contrib.options import RunPosition, end_step, read_table, refuse
+from trm.contrib.options import RunPosition, StepSchedule, end_step, read_table, refuse
 from trm.control import TrainControl
 from trm.spec import RunSpec
 
@@ -172,24 +171,16 @@ def read_options(spec: RunSpec) -> CurriculumOptions:
     return options
 
 
-class Curriculum:
-    """Curriculum recursion: shallow H/L cycles first, growing to the spec's depth.
-
-    One instance per run; it keeps the run's options between hooks.
-    """
-
-    ACTIVATION = "opt-in"
+class Curriculum(StepSchedule[CurriculumOptions]):
+    """Curriculum recursion: shallow H/L cycles first, growing to the spec's depth."""
 
     def __init__(self) -> None:
-        self.options = CurriculumOptions()
+        super().__init__(CurriculumOptions())
 
-    @hookimpl
-    def check_spec(self, spec: RunSpec) -> None:
-        read_options(spec)
+    def read_options(self, spec: RunSpec) -> CurriculumOptions:
+        return read_options(spec)
 
-    @hookimpl
-    def on_train_start(self, state: RunPosition, control: TrainControl) -> None:
-        self.options = read_options(state.spec)
+    def starting(self, state: RunPosition, control: TrainControl) -> None:
         o = self.options
         end = end_step(o.end_fraction, o.end_step, state.total_steps)
         if o.schedule == "linear" and end > state.total_steps:
@@ -197,11 +188,6 @@ class Curriculum:
                 f"warning: plugins.{NAME}.end_step {end} is past the run's last step "
                 f"{state.total_steps}: the run never reaches the spec's depth"
             )
-        self.ask(state, control)
-
-    @hookimpl
-    def on_step(self, state: RunPosition, control: TrainControl) -> None:
-        self.ask(state, control)
 
     def ask(self, state: RunPosition, control: TrainControl) -> None:
         """Ask for the depth of the step the loop takes next (index ``state.step``)."""

@@ -1,5 +1,5 @@
-"""What the contrib schedule plugins share: reading their own spec table strictly, and the
-step at which a schedule ends.
+"""What the contrib schedule plugins share: reading their own spec table strictly, the step
+at which a schedule ends, and the plugin skeleton that asks for a value before every step.
 
 A plugin's settings live in the run spec as ``[plugins.NAME]``, which the core passes through
 as plain TOML data (``RunSpec.plugins``). :func:`read_table` structures that table into the
@@ -11,8 +11,10 @@ only through :class:`trm.control.TrainControl`.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from trm import hookimpl
+from trm.control import TrainControl
 from trm.errors import TrmError
 from trm.spec import RunSpec, structure_strict
 
@@ -53,3 +55,43 @@ def refuse(problems: list[str]) -> None:
     """Raise one TrmError listing ``problems`` (``KEY: what is wrong``), if there are any."""
     if problems:
         raise TrmError("spec: " + "; ".join(problems))
+
+
+class StepSchedule(Generic[Options]):
+    """Skeleton of an opt-in plugin whose request depends on the step alone.
+
+    A subclass gives ``read_options(spec)`` (its table, structured and checked) and
+    ``ask(state, control)`` (the request for the step of index ``state.step``); it may add
+    ``starting(state, control)`` for warnings at the start. The spec is checked before any
+    data are built (``check_spec``), the options are read again when training starts, and the
+    request is made once before the first step and after every step, so a resumed run asks
+    for exactly what an uninterrupted one would. One instance per run.
+    """
+
+    ACTIVATION = "opt-in"
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def read_options(self, spec: RunSpec) -> Options:
+        raise NotImplementedError
+
+    def ask(self, state: RunPosition, control: TrainControl) -> None:
+        raise NotImplementedError
+
+    def starting(self, state: RunPosition, control: TrainControl) -> None:
+        """Called once when training starts, after the options are read."""
+
+    @hookimpl
+    def check_spec(self, spec: RunSpec) -> None:
+        self.read_options(spec)
+
+    @hookimpl
+    def on_train_start(self, state: RunPosition, control: TrainControl) -> None:
+        self.options = self.read_options(state.spec)
+        self.starting(state, control)
+        self.ask(state, control)
+
+    @hookimpl
+    def on_step(self, state: RunPosition, control: TrainControl) -> None:
+        self.ask(state, control)

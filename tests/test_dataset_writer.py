@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trm.data.generation import stream_seed
 from trm.data.puzzle_dataset import (
     ARRAY_NAMES,
     METADATA_FILE,
@@ -227,7 +228,7 @@ def test_a_build_in_small_chunks_equals_one_big_chunk_and_the_unchunked_augmenta
     group, size = options.augment + 1, grid.size_from_seq_len(train.inputs.shape[1])
     base_q = (np.asarray(train.inputs[::group]) - 1).reshape(-1, size, size)  # copy 0 of each
     base_s = (np.asarray(train.labels[::group]) - 1).reshape(-1, size, size)
-    rng = np.random.default_rng(source._stream_seed(seed, source._AUGMENT_STREAM))
+    rng = np.random.default_rng(stream_seed(seed, source._AUGMENT_STREAM))
     whole_q, whole_s = source._augmented(base_q, base_s, options.augment, rng)
     np.testing.assert_array_equal(train.inputs, grid.encode(whole_q))
     np.testing.assert_array_equal(train.labels, grid.encode(whole_s))
@@ -242,7 +243,7 @@ def test_a_build_in_small_chunks_equals_one_big_chunk_and_the_unchunked_augmenta
     expected_q, _ = source._generate_distinct(
         options,
         options.test_count,
-        source._stream_seed(seed, source._TEST_STREAM),
+        stream_seed(seed, source._TEST_STREAM),
         1,
         lambda q: np.array([row.tobytes() in train_keys for row in grid.encode(q)]),
         lambda _: None,

@@ -209,7 +209,7 @@ def test_csv_import_reads_digits_and_reports_the_bad_line(tmp_path: Path) -> Non
     bad_answer[2] = bad_answer[2][::-1]
     cases = {
         "short": ([*rows[:2], f"x,{PUZZLE[:80]},{SOLUTION},1"], "line 4: question and answer"),
-        "fields": ([*rows[:1], "x,y"], "line 3: expected 4 fields"),
+        "fields": ([*rows[:1], "x,y"], r"row 2 \(line 3\): expected 4 fields"),
         "char": ([*rows[:1], f"x,{PUZZLE[:80]}x,{SOLUTION},1"], "line 3: question must hold"),
         "clash": ([*rows[:2], ",".join(bad_answer)], "line 4: answer contradicts a clue"),
     }

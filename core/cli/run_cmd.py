@@ -162,7 +162,7 @@ def _run(
         runtime = plan.runtime
         info(
             f"training {plan.spec.name} on {runtime.device} ({runtime.precision}, "
-            f"{runtime.threads} threads) into {run_dir}"
+            f"{runtime.threads} thread{'s' if runtime.threads != 1 else ''}) into {run_dir}"
         )
 
         def accepted(_state: object) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trm.data.csv_records import csv_records
 from trm.errors import TrmError
 from trm.plugins.maze import grid
 
@@ -89,43 +90,15 @@ def _cell(index: int, size: int) -> str:
 
 def read_maze_csv(file: Path, size: int) -> tuple[np.ndarray, np.ndarray]:
     """Every row of one file as ``(questions, labels)``: ``(n, size * size)`` uint8 tokens."""
-    file = Path(file)
     questions: list[np.ndarray] = []
     labels: list[np.ndarray] = []
-    try:
-        with open(file, newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None or tuple(h.strip() for h in header) != HEADER:
-                raise TrmError(
-                    f"{file} line 1: expected the header {','.join(HEADER)}, got "
-                    f"{','.join(header or [])!r}"
-                )
-            for row in reader:
-                if not row:
-                    continue
-                where = f"{file} row {len(questions) + 1} (line {reader.line_num})"
-                if len(row) != len(HEADER):
-                    raise TrmError(
-                        f"{where}: expected 4 fields ({','.join(HEADER)}), got {len(row)}"
-                    )
-                q, a = row[1], row[2]
-                problem = row_problem(q, a, size)
-                if problem:
-                    raise TrmError(f"{where}: {problem}")
-                questions.append(grid.chars_to_tokens(q))
-                labels.append(grid.chars_to_tokens(a))
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise TrmError(
-            f"cannot read {file}: {reason}; check the path and its permissions (data.generate.csv)"
-        ) from None
-    except UnicodeDecodeError:
-        raise TrmError(
-            f"{file} is not UTF-8 text; give a maze CSV file saved as UTF-8 (data.generate.csv)"
-        ) from None
-    except csv.Error as error:
-        raise TrmError(f"{file} is not a readable CSV file ({error}) (data.generate.csv)") from None
+    for number, line, fields in csv_records(file, HEADER, "a maze CSV file"):
+        q, a = fields[1], fields[2]
+        problem = row_problem(q, a, size)
+        if problem:
+            raise TrmError(f"{file} row {number} (line {line}): {problem}")
+        questions.append(grid.chars_to_tokens(q))
+        labels.append(grid.chars_to_tokens(a))
     if not questions:
         empty = np.zeros((0, size * size), dtype=np.uint8)
         return empty, empty.copy()

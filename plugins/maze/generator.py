@@ -20,15 +20,13 @@ For 30x30 mazes with 270-450 walls and ``min_path`` 111 this takes about 0.04 s 
 
 from __future__ import annotations
 
-import itertools
-import multiprocessing
-import os
 import time
 from collections.abc import Callable
 
 import numpy as np
 from attrs import frozen
 
+from trm.data.generation import index_ranges, resolve_workers, run_jobs
 from trm.errors import TrmError
 from trm.plugins.maze import grid
 
@@ -151,16 +149,6 @@ def _stack(pairs: list[tuple[np.ndarray, np.ndarray]], size: int) -> tuple[np.nd
     return np.stack([q for q, _ in pairs]), np.stack([a for _, a in pairs])
 
 
-def resolve_workers(workers: int) -> int:
-    """``workers``, or every core this process may use when it is 0."""
-    if workers > 0:
-        return workers
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def generate_many(
     count: int,
     p: MazeParams,
@@ -186,20 +174,9 @@ def generate_many(
         progress(done)
     rest = count - probe
     parallel = workers > 1 and rest * per_maze > _PARALLEL_MIN_SECONDS
-    jobs_total = workers * 8 if parallel else 1
-    bounds = np.linspace(start + probe, start + count, jobs_total + 1).astype(np.int64)
-    jobs = [(p, seed, a, b) for a, b in itertools.pairwise(bounds.tolist()) if b > a]
-    if len(jobs) <= 1:
-        parts.extend(_generate_range(job) for job in jobs)
-        if progress is not None and rest:
-            progress(count)
-    else:
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            for part in pool.imap(_generate_range, jobs):
-                parts.append(part)
-                done += part[0].shape[0]
-                if progress is not None:
-                    progress(done)
+    ranges = index_ranges(start + probe, start + count, workers * 8 if parallel else 1)
+    jobs = [(p, seed, a, b) for a, b in ranges]
+    parts += run_jobs(_generate_range, jobs, workers, progress, done)
     questions = np.concatenate([q for q, _ in parts])
     labels = np.concatenate([a for _, a in parts])
     return questions, labels

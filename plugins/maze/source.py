@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 from attrs import field, frozen
 
+from trm.data.generation import quarter_progress, random_subset, resolve_workers, stream_seed
 from trm.data.puzzle_dataset import (
     PuzzleDatasetMetadata,
     SetSize,
@@ -53,7 +54,7 @@ from trm.data.shape import DatasetShape
 from trm.errors import TrmError
 from trm.plugins.maze import grid
 from trm.plugins.maze.csv_import import count_rows, csv_files, read_maze_csv
-from trm.plugins.maze.generator import MazeParams, generate_many, resolve_workers
+from trm.plugins.maze.generator import MazeParams, generate_many
 
 SET_NAME = "all"
 IDENTIFIERS = ["<blank>"]
@@ -200,11 +201,6 @@ def validate_options(o: MazeBuildOptions) -> MazeParams:
     return p
 
 
-def _stream_seed(seed: int, stream: int) -> int:
-    state = np.random.SeedSequence([seed % 2**63, stream]).generate_state(2, dtype=np.uint32)
-    return int(state[0]) << 32 | int(state[1])
-
-
 def _digest(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=16).digest()
 
@@ -212,19 +208,6 @@ def _digest(data: bytes) -> bytes:
 def _canonical(row: np.ndarray, size: int) -> bytes:
     """One key per maze and its rotations and mirrors."""
     return _digest(grid.canonical_key(row, size))
-
-
-def _progress_logger(log: Callable[[str], None], what: str, total: int) -> Callable[[int], None]:
-    """A progress callback that logs at each further quarter of ``total``."""
-    last = [0]
-
-    def report(done: int) -> None:
-        quarter = done * 4 // max(1, total)
-        if quarter > last[0]:
-            last[0] = quarter
-            log(f"maze: {what}: {done}/{total}")
-
-    return report
 
 
 def _generate_distinct(
@@ -254,7 +237,7 @@ def _generate_distinct(
             seed=seed,
             workers=workers,
             start=start,
-            progress=_progress_logger(log, what, batch),
+            progress=quarter_progress(log, f"maze: {what}", batch),
         )
         start += batch
         for q, a in zip(questions, labels, strict=True):
@@ -273,17 +256,6 @@ def _generate_distinct(
             "a larger size"
         )
     return np.stack(kept_q), np.stack(kept_a)
-
-
-def _subset(
-    questions: np.ndarray, labels: np.ndarray, count: int, seed: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``count`` rows chosen at random, kept in file order; all rows when count is 0 or more."""
-    if count <= 0 or count >= questions.shape[0]:
-        return questions, labels
-    rng = np.random.default_rng(seed)
-    rows = np.sort(rng.choice(questions.shape[0], size=count, replace=False))
-    return questions[rows], labels[rows]
 
 
 def _rows_taken(count: int, available: int) -> int:
@@ -389,8 +361,8 @@ def _read_csv(
     log(f"maze: read {train_q.shape[0]} mazes from {train_file}")
     test_q, test_a = read_maze_csv(test_file, size)
     log(f"maze: read {test_q.shape[0]} mazes from {test_file}")
-    train_q, train_a = _subset(train_q, train_a, o.count, _stream_seed(seed, _TRAIN_SUBSET))
-    test_q, test_a = _subset(test_q, test_a, o.test_count, _stream_seed(seed, _TEST_SUBSET))
+    train_q, train_a = random_subset((train_q, train_a), o.count, stream_seed(seed, _TRAIN_SUBSET))
+    test_q, test_a = random_subset((test_q, test_a), o.test_count, stream_seed(seed, _TEST_SUBSET))
     if train_q.shape[0] == 0 or test_q.shape[0] == 0:
         raise TrmError(f"{o.csv} gives an empty train or test set (data.generate.csv)")
     if o.augment:
@@ -463,13 +435,13 @@ class MazeSource:
             )
             taken: set[bytes] = set()
             train_q, train_a = _generate_distinct(
-                p, o.count, _stream_seed(seed, _TRAIN_STREAM), workers, taken, log, "train mazes"
+                p, o.count, stream_seed(seed, _TRAIN_STREAM), workers, taken, log, "train mazes"
             )
             log(f"maze: generating {o.test_count} test mazes")
             test_q, test_a = _generate_distinct(
                 p,
                 o.test_count,
-                _stream_seed(seed, _TEST_STREAM),
+                stream_seed(seed, _TEST_STREAM),
                 workers,
                 taken,
                 log,

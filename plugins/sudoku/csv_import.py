@@ -9,12 +9,12 @@ reported as a TrmError naming the file and line.
 
 from __future__ import annotations
 
-import csv
 from array import array
 from pathlib import Path
 
 import numpy as np
 
+from trm.data.csv_records import csv_records
 from trm.errors import TrmError
 
 HEADER = ("source", "question", "answer", "rating")
@@ -48,47 +48,21 @@ def read_sudoku_csv(file: Path) -> tuple[np.ndarray, np.ndarray]:
     questions = bytearray()
     answers = bytearray()
     lines = array("q")
-    try:
-        with open(file, newline="", encoding="utf-8-sig") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            if header is None or tuple(h.strip() for h in header) != HEADER:
-                raise TrmError(
-                    f"{file} line 1: expected the header {','.join(HEADER)}, got "
-                    f"{','.join(header or [])!r}"
-                )
-            for row in reader:
-                if not row:
-                    continue
-                where = f"{file} line {reader.line_num}"
-                if len(row) != len(HEADER):
-                    raise TrmError(
-                        f"{where}: expected 4 fields ({','.join(HEADER)}), got {len(row)}"
-                    )
-                question, answer = row[1], row[2]
-                if len(question) != CELLS or len(answer) != CELLS:
-                    raise TrmError(
-                        f"{where}: question and answer must have 81 characters, got "
-                        f"{len(question)} and {len(answer)}"
-                    )
-                try:
-                    questions += question.encode("ascii")
-                    answers += answer.encode("ascii")
-                except UnicodeEncodeError:
-                    raise TrmError(f"{where}: non-ASCII character in question or answer") from None
-                lines.append(reader.line_num)
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise TrmError(
-            f"cannot read {file}: {reason}; check the path and its permissions (data.generate.csv)"
-        ) from None
-    except UnicodeDecodeError:
-        raise TrmError(
-            f"{file} is not UTF-8 text; give a sudoku-extreme CSV file saved as UTF-8 "
-            "(data.generate.csv)"
-        ) from None
-    except csv.Error as error:
-        raise TrmError(f"{file} is not a readable CSV file ({error}) (data.generate.csv)") from None
+    for _number, line, fields in csv_records(file, HEADER, "a sudoku-extreme CSV file"):
+        question, answer = fields[1], fields[2]
+        if len(question) != CELLS or len(answer) != CELLS:
+            raise TrmError(
+                f"{file} line {line}: question and answer must have 81 characters, got "
+                f"{len(question)} and {len(answer)}"
+            )
+        try:
+            questions += question.encode("ascii")
+            answers += answer.encode("ascii")
+        except UnicodeEncodeError:
+            raise TrmError(
+                f"{file} line {line}: non-ASCII character in question or answer"
+            ) from None
+        lines.append(line)
     q = np.frombuffer(questions, dtype=np.uint8).reshape(-1, CELLS)
     a = np.frombuffer(answers, dtype=np.uint8).reshape(-1, CELLS)
     line_numbers = np.frombuffer(lines, dtype=np.int64) if len(lines) else np.zeros(0, np.int64)

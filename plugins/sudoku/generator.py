@@ -9,14 +9,12 @@ that many guesses (see :mod:`.solver`). A grid that cannot get there is dropped 
 
 from __future__ import annotations
 
-import itertools
-import multiprocessing
-import os
 import random
 from collections.abc import Callable
 
 import numpy as np
 
+from trm.data.generation import index_ranges, resolve_workers, run_jobs
 from trm.errors import TrmError
 from trm.plugins.sudoku.grid import box_shape
 from trm.plugins.sudoku.solver import (
@@ -146,16 +144,6 @@ def _stack(pairs: list[tuple[np.ndarray, np.ndarray]], size: int) -> tuple[np.nd
     return np.stack([q for q, _ in pairs]), np.stack([s for _, s in pairs])
 
 
-def resolve_workers(workers: int) -> int:
-    """``workers``, or every core this process may use when it is 0."""
-    if workers > 0:
-        return workers
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def generate_many(
     count: int,
     size: int,
@@ -174,28 +162,13 @@ def generate_many(
     box_shape(size)
     workers = min(resolve_workers(workers), max(1, count))
     jobs_total = 1 if workers == 1 or count < _PARALLEL_MIN_COUNT else workers * 8
-    bounds = np.linspace(start, start + count, jobs_total + 1).astype(np.int64)
     jobs = [
         (size, max_clues, min_backtracks, seed, a, b)
-        for a, b in itertools.pairwise(bounds.tolist())
-        if b > a
+        for a, b in index_ranges(start, start + count, jobs_total)
     ]
-    parts: list[tuple[np.ndarray, np.ndarray]] = []
-    done = 0
-    if len(jobs) <= 1:
-        for job in jobs:
-            parts.append(_generate_range(job))
-    else:
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            for part in pool.imap(_generate_range, jobs):
-                parts.append(part)
-                done += part[0].shape[0]
-                if progress is not None:
-                    progress(done)
+    parts = run_jobs(_generate_range, jobs, workers, progress)
     if not parts:
         return _stack([], size)
     questions = np.concatenate([q for q, _ in parts])
     solutions = np.concatenate([s for _, s in parts])
-    if progress is not None and len(jobs) <= 1:
-        progress(questions.shape[0])
     return questions, solutions

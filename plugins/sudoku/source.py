@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from attrs import field, frozen
 
+from trm.data.generation import quarter_progress, random_subset, resolve_workers, stream_seed
 from trm.data.puzzle_dataset import (
     PuzzleDatasetMetadata,
     SetSize,
@@ -31,7 +32,7 @@ from trm.errors import TrmError
 from trm.plugins.sudoku import grid
 from trm.plugins.sudoku.augment import augment_copies
 from trm.plugins.sudoku.csv_import import csv_files, read_sudoku_csv
-from trm.plugins.sudoku.generator import generate_many, resolve_workers
+from trm.plugins.sudoku.generator import generate_many
 from trm.plugins.sudoku.solver import count_solutions, is_valid_solution
 
 SET_NAME = "all"
@@ -127,11 +128,6 @@ def validate_options(o: SudokuBuildOptions) -> None:
             raise TrmError(f"data.generate.{name} must be 0 or more, got {getattr(o, name)}")
 
 
-def _stream_seed(seed: int, stream: int) -> int:
-    state = np.random.SeedSequence([seed % 2**63, stream]).generate_state(2, dtype=np.uint32)
-    return int(state[0]) << 32 | int(state[1])
-
-
 def _row_keys(tokens: np.ndarray) -> np.ndarray:
     """One comparable key per token row (for exact-duplicate tests with ``np.isin``)."""
     rows = np.ascontiguousarray(tokens.reshape(tokens.shape[0], -1))
@@ -180,19 +176,6 @@ class _RowFinder:
         maybe = self._hashes[at] == hashes
         if maybe.any():
             self.found |= np.isin(self._keys, _row_keys(rows[maybe]))
-
-
-def _progress_logger(log: Callable[[str], None], what: str, total: int) -> Callable[[int], None]:
-    """A progress callback that logs at each further quarter of ``total``."""
-    last = [0]
-
-    def report(done: int) -> None:
-        quarter = done * 4 // max(1, total)
-        if quarter > last[0]:
-            last[0] = quarter
-            log(f"sudoku: {what}: {done}/{total}")
-
-    return report
 
 
 def _generate_distinct(
@@ -264,19 +247,8 @@ def _generate(
         seed=seed,
         workers=workers,
         start=start,
-        progress=_progress_logger(log, what, batch),
+        progress=quarter_progress(log, f"sudoku: {what}", batch),
     )
-
-
-def _subset(
-    questions: np.ndarray, solutions: np.ndarray, count: int, seed: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``count`` rows chosen at random, kept in file order; all rows when count is 0 or more."""
-    if count <= 0 or count >= questions.shape[0]:
-        return questions, solutions
-    rng = np.random.default_rng(seed)
-    rows = np.sort(rng.choice(questions.shape[0], size=count, replace=False))
-    return questions[rows], solutions[rows]
 
 
 def _read_csv(
@@ -303,8 +275,12 @@ def _read_csv(
     else:
         test_q, test_s = read_sudoku_csv(test_file)
         log(f"sudoku: read {test_q.shape[0]} puzzles from {test_file}")
-        test_q, test_s = _subset(test_q, test_s, o.test_count, _stream_seed(seed, _TEST_SUBSET))
-    train_q, train_s = _subset(questions, solutions, o.count, _stream_seed(seed, _TRAIN_SUBSET))
+        test_q, test_s = random_subset(
+            (test_q, test_s), o.test_count, stream_seed(seed, _TEST_SUBSET)
+        )
+    train_q, train_s = random_subset(
+        (questions, solutions), o.count, stream_seed(seed, _TRAIN_SUBSET)
+    )
     if train_q.shape[0] == 0 or test_q.shape[0] == 0:
         raise TrmError(f"{o.csv} gives an empty train or test set (data.generate.csv)")
     return train_q, train_s, test_q, test_s
@@ -448,7 +424,7 @@ class SudokuSource:
         validate_options(o)
         out_dir = Path(out_dir)
         workers = resolve_workers(o.workers)
-        augment_seed = _stream_seed(seed, _AUGMENT_STREAM)
+        augment_seed = stream_seed(seed, _AUGMENT_STREAM)
         if o.csv:
             train_q, train_s, test_q, test_s = _read_csv(o, seed, log)
         else:
@@ -459,7 +435,7 @@ class SudokuSource:
             train_q, train_s = _generate_distinct(
                 o,
                 o.count,
-                _stream_seed(seed, _TRAIN_STREAM),
+                stream_seed(seed, _TRAIN_STREAM),
                 workers,
                 None,
                 log,
@@ -467,7 +443,7 @@ class SudokuSource:
             )
             # The first round of test puzzles, made now so that writing train checks them.
             log(f"sudoku: generating {o.test_count} test puzzles")
-            test_stream = _stream_seed(seed, _TEST_STREAM)
+            test_stream = stream_seed(seed, _TEST_STREAM)
             test_q, test_s = _generate(
                 o, o.test_count, test_stream, workers, 0, log, "test puzzles"
             )
