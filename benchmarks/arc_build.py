@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tables import print_record
+
 CONCEPT = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "arc"
 
 
@@ -110,9 +112,7 @@ def main() -> None:
         "train_examples",
         "test_examples",
     )
-    widths = [max(len(c), len(str(report[c]))) for c in columns]
-    print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
-    print("  ".join(str(report[c]).rjust(w) for c, w in zip(columns, widths, strict=True)))
+    print_record(report, columns)
     print(
         f"ConceptARC: {report['concept']}; {report['train_groups']} train and "
         f"{report['test_groups']} test groups; machine: {report['machine']['machine']} "

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from typing import Any
 
+from tables import print_rows
+
 COLUMNS = (
     ("spec", "spec", "{}"),
     ("plugins", "plugins", "{}"),
@@ -95,16 +97,7 @@ def print_table(reports: list[dict[str, Any]], markdown: bool) -> None:
     """One row per report: aligned columns, or markdown table rows when ``markdown``."""
     headers = [title for title, _, _ in COLUMNS]
     rows = [[cell(r, key, pattern) for _, key, pattern in COLUMNS] for r in reports]
-    if markdown:
-        print("| " + " | ".join(headers) + " |")
-        print("|" + "---|" * len(headers))
-        for row in rows:
-            print("| " + " | ".join(row) + " |")
-        return
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    print("  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)))
-    for row in rows:
-        print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    print_rows(headers, rows, markdown)
 
 
 if __name__ == "__main__":

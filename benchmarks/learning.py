@@ -46,6 +46,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tables import print_rows
+
 from trm.contrib.curriculum import read_options as curriculum_options
 from trm.errors import TrmError
 from trm.plan.dataset import ensure_dataset
@@ -388,16 +390,7 @@ def print_table(document: dict[str, Any], markdown: bool) -> None:
     headers, rows = table_rows(document)
     budget = document["budget"]
     print(f"{document['spec']}: {budget}, seeds {document['seeds']}, {document['machine']}")
-    if markdown:
-        print("| " + " | ".join(headers) + " |")
-        print("|" + "---|" * len(headers))
-        for row in rows:
-            print("| " + " | ".join(row) + " |")
-        return
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    print("  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True)))
-    for row in rows:
-        print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)))
+    print_rows(headers, rows, markdown)
 
 
 def machine() -> str:

@@ -16,9 +16,11 @@ import platform
 import time
 
 import numpy as np
+from tables import print_record
 
+from trm.data.generation import resolve_workers
 from trm.plugins.maze import grid
-from trm.plugins.maze.generator import generate_many, resolve_workers
+from trm.plugins.maze.generator import generate_many
 from trm.plugins.maze.source import PRESETS
 
 
@@ -87,9 +89,7 @@ def main() -> None:
         "mean_path",
         "mean_walls",
     )
-    widths = [max(len(c), len(str(report[c]))) for c in columns]
-    print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
-    print("  ".join(str(report[c]).rjust(w) for c, w in zip(columns, widths, strict=True)))
+    print_record(report, columns)
     print(
         f"paths {report['shortest_path_seen']}-{report['longest_path_seen']} steps; "
         f"all >= {params.min_path}: {report['all_long_enough']}; labels optimal: "

@@ -12,8 +12,10 @@ import json
 import time
 
 import numpy as np
+from tables import print_record
 
-from trm.plugins.sudoku.generator import generate_many, resolve_workers
+from trm.data.generation import resolve_workers
+from trm.plugins.sudoku.generator import generate_many
 from trm.plugins.sudoku.solver import is_valid_solution, solve
 
 
@@ -64,9 +66,7 @@ def main() -> None:
         "mean_clues",
         "mean_backtracks",
     )
-    widths = [max(len(c), len(str(report[c]))) for c in columns]
-    print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
-    print("  ".join(str(report[c]).rjust(w) for c, w in zip(columns, widths, strict=True)))
+    print_record(report, columns)
     print(
         f"all unique: {unique}; all solutions valid: {valid}; most clues: "
         f"{report['max_clues_seen']}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import shutil
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -454,7 +455,10 @@ def test_the_contrib_plugins_keep_every_contract(installed_copy):  # noqa: F811
 def _learning_benchmark():
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
+    benchmarks = Path(__file__).resolve().parents[1] / "benchmarks"
+    if str(benchmarks) not in sys.path:  # as when run as a script: its helpers import by name
+        sys.path.insert(0, str(benchmarks))
+    path = benchmarks / "learning.py"
     spec = importlib.util.spec_from_file_location("learning_benchmark", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
