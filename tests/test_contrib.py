@@ -518,6 +518,7 @@ def test_the_benchmark_runs_each_configuration_and_seed_and_reports_them(tiny, t
 
 
 def test_the_shipped_laptop_recipe_loads_and_its_data_options_are_valid():
+    from trm.contrib.curriculum import read_options as curriculum_options
     from trm.plugins.sudoku.source import SudokuBuildOptions, validate_options
     from trm.spec import load_spec, resolve_spec_path, structure_strict
 
@@ -526,6 +527,7 @@ def test_the_shipped_laptop_recipe_loads_and_its_data_options_are_valid():
     validate_options(options)
     assert (options.size, options.clues) == (9, 30)
     assert spec.train.max_steps > 0 and spec.train.eval_interval > 0
+    assert curriculum_options(spec).schedule == "staged"  # the measured recipe's schedule
 
 
 def test_the_loop_caps_a_depth_deeper_than_the_spec_and_says_so_once(tmp_path):
