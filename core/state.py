@@ -76,7 +76,9 @@ class TrainState:
         (step, samples, total_steps, data order), the micro-batch size, the recursion in
         force (``H_cycles``, ``L_cycles``, ``halt_exploration_prob``: the spec's unless a
         plugin's schedule changed them), the best evaluation, the resolved spec, the dataset
-        shape and the trm version; ``world_size``, the number of processes that trained it.
+        shape and the trm version; ``device``, the device it trained on (a resume on another
+        says so: trm.train.device_failure); ``world_size``, the number of processes that
+        trained it.
         Under data parallelism (``rank_parts`` set) the carry is every rank's rows concatenated
         in rank order — the global carry, as one process holds it — and ``ranks`` lists each
         rank's RNG states and micro-batch size.
@@ -122,6 +124,7 @@ class TrainState:
             "data_dir": self.data_dir,
             "dataset_shape": self.dataset_shape.to_dict() if self.dataset_shape else None,
             "rng": capture_rng(self.device),
+            "device": str(self.device),
             **extra,
         }
 

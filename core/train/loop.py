@@ -43,6 +43,7 @@ from trm.state import TrainState, weights_sha256
 from trm.train import requests
 from trm.train.checkpoints import Checkpointer, CheckpointSchedule
 from trm.train.data_parallel import DataParallel, Decision
+from trm.train.device_failure import device_failure, is_device_failure
 from trm.train.evaluate import evaluate_in_run
 from trm.train.metrics_log import Journal, MetricsLog
 from trm.train.oom_retry import take_step
@@ -151,6 +152,10 @@ class Trainer:
                         break
         except BaseException as exc:
             stopped = "quit" if isinstance(exc, KeyboardInterrupt) else "failed"
+            if is_device_failure(exc):  # one line and the last good checkpoint, no traceback
+                failure = device_failure(exc, state, self.runtime.device)
+                error = str(failure)
+                raise failure from exc
             error = str(exc) or type(exc).__name__
             raise
         finally:
@@ -331,7 +336,12 @@ class Trainer:
         that trained; under data parallelism ``ranks_agree`` says whether every rank ended with
         the same weights (checked when the ranks ended together, else None)."""
         process_s = max(clock.total_s() - clock.before_s, 1e-9)
-        digest = weights_sha256(state.model)
+        try:
+            digest: str | None = weights_sha256(state.model)
+        except Exception:  # a failed device cannot give its weights back: no fingerprint
+            if stopped != "failed":
+                raise
+            digest = None
         summary = {
             "stopped": stopped,
             "error": error,

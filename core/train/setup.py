@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.state import TrainState
 from trm.train.data_parallel import DataParallel
+from trm.train.device_failure import device_change_line, device_changed, recorded_device
 from trm.train.evaluate import TaskMetrics
 from trm.train.task_evaluation import TaskEvaluation, task_evaluation
 
@@ -142,11 +144,22 @@ def resume(
             raise TrmError(f"--resume {resume_from}: no checkpoint found there")
         return ""
     where = f"checkpoint {payload.get('loaded_from', target)}"
-    for note in state.load_state_dict(payload, where):
+    saved_device = recorded_device(payload)
+    alone = parallel is None or not parallel.active  # under torchrun each rank has its GPU
+    moved = saved_device is not None and device_changed(saved_device, state.device, alone)
+    with warnings.catch_warnings():
+        if moved:  # the line below says what became of the RNG states
+            warnings.simplefilter("ignore", UserWarning)
+        notes = state.load_state_dict(payload, where)
+    for note in notes:
         log(f"warning: {note}")
     world_note = parallel.adopt(state, payload, log) if parallel is not None else ""
     state.checkpoint_step = state.step
     log(f"resumed from step {state.step} ({state.samples} samples) of {where}")
+    if moved:
+        assert saved_device is not None
+        rows = state.carry.batch_size if state.carry is not None else None
+        log(device_change_line(saved_device, state.device, state.step, rows))
     return world_note
 
 
