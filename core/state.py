@@ -39,7 +39,10 @@ class TrainState:
     micro-batch, in rank order (see ``state_dict``).
     ``wall_s_before`` is the training wall time of the run up to its last checkpoint or end
     (the loop's stopwatch keeps it); ``checkpoint_step`` the step of the newest checkpoint
-    written or resumed from (None: none yet; not saved).
+    written or resumed from (None: none yet; not saved). ``snapshot`` is set only on the copy
+    of the state a background checkpoint write hands to ``save_checkpoint``: the payload
+    taken on the host at the checkpoint's step, which ``state_dict`` then returns (the
+    model and optimizers there are the live ones, already training on).
     """
 
     spec: RunSpec
@@ -62,6 +65,7 @@ class TrainState:
     data_dir: str = ""
     dataset_shape: DatasetShape | None = None
     rank_parts: list[dict[str, Any]] | None = None
+    snapshot: dict[str, Any] | None = None
 
     @property
     def device(self) -> torch.device:
@@ -83,6 +87,8 @@ class TrainState:
         in rank order — the global carry, as one process holds it — and ``ranks`` lists each
         rank's RNG states and micro-batch size.
         """
+        if self.snapshot is not None:
+            return self.snapshot
         train = self.spec.train
         carry = self.carry.state_dict() if self.carry is not None else None
         extra: dict[str, Any] = {"world_size": 1}
@@ -132,7 +138,9 @@ class TrainState:
         """Restore this state from a ``state_dict`` payload; returns warnings to show.
 
         Raises TrmError, listing the differing keys, when the payload's architecture, dataset
-        shape or tensor shapes differ from this state's model. Changed training settings are
+        shape or tensor shapes differ from this state's model. The carry stays where the
+        payload holds it (the host): the caller takes this process's rows and moves only
+        those to the device (``trm.train.setup.resume``). Changed training settings are
         allowed (the run continues with the new ones) and come back as warnings, since the
         continuation is then no longer the run the checkpoint began.
         """
@@ -142,10 +150,10 @@ class TrainState:
             opt.load_state_dict(opt_state)
         if self.ema is not None and payload.get("ema") is not None:
             self.ema.load_state_dict(payload["ema"])
-        if payload.get("carry") is not None:
+        if payload.get("carry") is not None:  # left on the host: see the docstring
             from trm.model import TRMCarry
 
-            self.carry = TRMCarry.from_state_dict(payload["carry"]).to(self.device)
+            self.carry = TRMCarry.from_state_dict(payload["carry"])
         self.step = int(payload["step"])
         self.samples = int(payload["samples"])
         self.micro_batch_size = int(payload.get("micro_batch_size") or self.micro_batch_size)

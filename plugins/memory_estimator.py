@@ -535,6 +535,17 @@ def estimate_items(
     )
     data_bytes, data_note = _dataset_bytes(spec, dataset, hardware, rows)
     add("data-loader buffers", data_bytes, data_note, location="host")
+    if world > 1 and env_world().is_first:
+        ema_params = s.params if train.ema else 0
+        add(
+            "checkpoint snapshot",
+            F32 * (s.params + s.buffers_persistent + ema_params + states * s.params)
+            + global_batch * (2 * F32 * pd + 4 + 1 + dataset.seq_len * 2 * I64 + I64),
+            "rank 0's host copy of a checkpoint while a background thread writes it "
+            "(trm.train.checkpoints): weights, puzzle table, EMA, optimizer states, the "
+            "global carry",
+            location="host",
+        )
 
     # Backend overheads
     baseline = process_baseline_bytes

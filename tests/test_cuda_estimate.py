@@ -167,3 +167,12 @@ def test_bf16_is_decided_by_this_ranks_gpu(monkeypatch):
     torchrun_env(monkeypatch, rank=1, world=2)
     unknown = HardwareProfile(gpus=(GpuInfo(index=0, bf16=True), GpuInfo(index=1)))
     assert not tiers.native_bf16(unknown, estimate)  # unknown support: fp32, never a guess
+
+
+def test_rank_zero_counts_its_host_copy_of_a_background_checkpoint(monkeypatch):
+    spec = load_spec(resolve_spec_path("arc-agi-1"))
+    torchrun_env(monkeypatch, rank=0, world=4)
+    snapshot = items_of(spec, ARC, world=4)["checkpoint snapshot"]
+    assert snapshot.location == "host" and snapshot.bytes > 1.7e9  # the puzzle table at least
+    torchrun_env(monkeypatch, rank=1, world=4)
+    assert "checkpoint snapshot" not in items_of(spec, ARC, world=4)

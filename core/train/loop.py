@@ -153,6 +153,7 @@ class Trainer:
         except BaseException as exc:
             stopped = "quit" if isinstance(exc, KeyboardInterrupt) else "failed"
             if is_device_failure(exc):  # one line and the last good checkpoint, no traceback
+                self.checkpoints.flush(state)  # a write in the background still finishes
                 failure = device_failure(exc, state, self.runtime.device)
                 error = str(failure)
                 raise failure from exc
@@ -160,6 +161,7 @@ class Trainer:
             raise
         finally:
             data.reader.close()
+            self.checkpoints.flush(state)
             state.wall_s_before = clock.total_s()
             summary = self.finish(state, stopped, error, clock)
         return summary

@@ -154,6 +154,8 @@ def resume(
     for note in notes:
         log(f"warning: {note}")
     world_note = parallel.adopt(state, payload, log) if parallel is not None else ""
+    if state.carry is not None:  # this process's rows only, straight to its device
+        state.carry = state.carry.to(state.device)
     state.checkpoint_step = state.step
     log(f"resumed from step {state.step} ({state.samples} samples) of {where}")
     if moved:
