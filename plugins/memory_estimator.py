@@ -406,7 +406,7 @@ def _dataset_bytes(
     # memory-mapped (trm.data.sampler.SplitIndex)
     index = I64 * 6 * dataset.total_groups
     if spec.data.reader == "memory":
-        choice = ReaderChoice("memory", "asked for", 0)
+        choice = ReaderChoice("memory", "asked for", spec.data.prefetch_steps)
     else:
         choice = choose_reader(spec, dataset, hardware)
     if choice.name == "stream":
@@ -421,8 +421,16 @@ def _dataset_bytes(
         held, how = dataset.train_file_bytes, "the train split's inputs and labels"
     else:
         held, how = 2 * dataset.total_puzzles * seq * 4, "inputs/labels as int32 (size unknown)"
-    note = f"memory reader: {how} in memory, the batch of {global_batch} rows (int64), the index"
-    return batch + index + held, note
+    sharing = env_world().local_size
+    shared = ""
+    if sharing > 1:  # page cache of the memory-mapped files, one copy per node
+        held //= sharing
+        shared = f" (a 1/{sharing} share: the node's {sharing} ranks share its page cache)"
+    note = (
+        f"memory reader: {how} in memory{shared}, the batch of {global_batch} rows (int64) "
+        f"and {choice.prefetch_steps} prefetched, the index"
+    )
+    return batch * (1 + choice.prefetch_steps) + index + held, note
 
 
 def estimate_items(

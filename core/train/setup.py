@@ -48,8 +48,9 @@ def open_reader(
     reader = pm.hook.open_dataset(split=split, choice=choice, device=device)
     if reader is not None:
         return reader
-    if choice.name == "memory":
-        return MemoryReader(split)
+    if choice.name == "memory":  # pinned batches copy to a CUDA device without blocking
+        pin = torch.device(device).type == "cuda"
+        return MemoryReader(split, choice.prefetch_steps, pin_memory=pin)
     raise TrmError(
         f"data.reader {choice.name!r}: no plugin serves it (is the streaming plugin switched "
         "off? trm plugins lists them); use data.reader = 'memory' or switch it on"
