@@ -86,7 +86,14 @@ class Prefetcher:
         return batch
 
     def close(self) -> None:
+        """Stop the thread: at once when it waits to hand over a batch (the prepared batches
+        are dropped), else when the batch it prepares is done."""
         self._stop.set()
+        while True:  # a producer blocked on a full queue can put and see the stop
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
         if self._thread is not None:
             self._thread.join()
         self._thread = None
