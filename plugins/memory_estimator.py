@@ -394,7 +394,7 @@ def heap_slack_share(
 
 
 def _dataset_bytes(
-    spec: RunSpec, dataset: DatasetShape, hardware: HardwareProfile, rows: int
+    spec: RunSpec, dataset: DatasetShape, hardware: HardwareProfile, rows: int, on_device: bool
 ) -> tuple[int, str]:
     """The data reader's host memory (trm.data.reader): the step's batch (``rows``: this
     process's rows of it) and the sampler's index always; the split itself when the memory
@@ -426,11 +426,12 @@ def _dataset_bytes(
     if sharing > 1:  # page cache of the memory-mapped files, one copy per node
         held //= sharing
         shared = f" (a 1/{sharing} share: the node's {sharing} ranks share its page cache)"
+    ahead = choice.prefetch_steps if on_device else 0  # trm.train.setup.open_reader
     note = (
         f"memory reader: {how} in memory{shared}, the batch of {global_batch} rows (int64) "
-        f"and {choice.prefetch_steps} prefetched, the index"
+        f"and {ahead} prefetched, the index"
     )
-    return batch * (1 + choice.prefetch_steps) + index + held, note
+    return batch * (1 + ahead) + index + held, note
 
 
 def estimate_items(
@@ -541,7 +542,7 @@ def estimate_items(
         max(0, nograd - activations - step_transient),
         f"{arch.H_cycles - 1} cycles without grad; counted only where above the grad cycle",
     )
-    data_bytes, data_note = _dataset_bytes(spec, dataset, hardware, rows)
+    data_bytes, data_note = _dataset_bytes(spec, dataset, hardware, rows, on_device)
     add("data-loader buffers", data_bytes, data_note, location="host")
     if world > 1 and env_world().is_first:
         ema_params = s.params if train.ema else 0

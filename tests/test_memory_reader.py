@@ -65,3 +65,19 @@ def test_the_memory_reader_prefetches_as_many_steps_as_the_spec_says(data):
     spec = RunSpec(data=DataSpec(prefetch_steps=5))
     choice = choose_reader(spec, shape, HardwareProfile(memory_budget_bytes=2**34))
     assert choice.name == "memory" and choice.prefetch_steps == 5
+
+
+def test_on_a_gpu_the_memory_reader_reads_ahead_and_pins_on_the_cpu_in_the_loop(data):
+    from trm.data.reader import ReaderChoice
+    from trm.plugin_manager import load_plugins
+    from trm.train.setup import open_reader
+
+    split, choice, pm = (
+        open_split(data / "train"),
+        ReaderChoice("memory", "test", 4),
+        load_plugins([]),
+    )
+    gpu = open_reader(pm, split, choice, "cuda:0")
+    assert (gpu.name, gpu.prefetch_steps, gpu.pin_memory) == ("memory", 4, True)
+    cpu = open_reader(pm, split, choice, "cpu")
+    assert (cpu.prefetch_steps, cpu.pin_memory) == (0, False)

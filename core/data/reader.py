@@ -10,8 +10,8 @@ can implement it. Built in:
 - ``memory`` (this module, :class:`MemoryReader`): the split's arrays held in memory — the
   memory-mapped files read through once, so their pages sit in the OS page cache, which
   every process of a node shares (under torchrun the ranks hold one copy, not one each) —
-  and the next ``prefetch_steps`` batches gathered (and pinned for CUDA) by a background
-  thread (:mod:`trm.data.prefetch`) — fastest for data that fit;
+  and, for an accelerator, the next ``prefetch_steps`` batches gathered (and pinned for CUDA)
+  by a background thread (:mod:`trm.data.prefetch`) — fastest for data that fit;
 - ``stream`` (the ``streaming`` plugin): arrays memory-mapped, the next ``prefetch_steps``
   batches prepared by a background thread, rows of a batch read in file order.
 

@@ -48,9 +48,13 @@ def open_reader(
     reader = pm.hook.open_dataset(split=split, choice=choice, device=device)
     if reader is not None:
         return reader
-    if choice.name == "memory":  # pinned batches copy to a CUDA device without blocking
-        pin = torch.device(device).type == "cuda"
-        return MemoryReader(split, choice.prefetch_steps, pin_memory=pin)
+    if choice.name == "memory":
+        # On an accelerator the loop only queues work, so batches gathered (and for CUDA
+        # pinned) ahead overlap with the device's; on the CPU the loop's thread is the
+        # device, and a gather costs less than a thread's wake-ups: read in the loop.
+        kind = torch.device(device).type
+        ahead = choice.prefetch_steps if kind != "cpu" else 0
+        return MemoryReader(split, ahead, pin_memory=kind == "cuda")
     raise TrmError(
         f"data.reader {choice.name!r}: no plugin serves it (is the streaming plugin switched "
         "off? trm plugins lists them); use data.reader = 'memory' or switch it on"
