@@ -186,7 +186,8 @@ class Checkpointer:
     def save(self, state: TrainState, reason: str) -> None:
         """Checkpoint ``state`` unless this step already has one; a failure warns, and
         MAX_CHECKPOINT_FAILURES in a row raise TrainingFailed."""
-        if state.checkpoint_step == state.step and reason == "stop":
+        pending_step = self.pending.step if self.pending is not None else None
+        if reason == "stop" and state.step in (state.checkpoint_step, pending_step):
             return
         if not all(bool(torch.isfinite(t).all()) for t in state.model.parameters()):
             raise TrainingFailed(
@@ -244,9 +245,12 @@ class Checkpointer:
         """Rank 0: snapshot the checkpoint to host memory, write it on a thread."""
         state.rank_parts = parts
         try:
-            payload = host_copy(state.state_dict())
+            payload = state.state_dict()
         finally:
             state.rank_parts = None
+        carry = payload.pop("carry")  # already a fresh host copy (TRMCarry.state_dict)
+        payload = host_copy(payload)
+        payload["carry"] = carry
         frozen = attrs.evolve(state, last_eval=dict(state.last_eval), snapshot=payload)
         pending = PendingWrite(state.step, reason)
 
