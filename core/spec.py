@@ -117,7 +117,7 @@ class DataSpec:
     # auto: the whole train split in memory when it takes at most a quarter of the memory
     # budget, else streamed from disk; memory or stream to choose (trm.data.reader)
     reader: str = "auto"
-    prefetch_steps: int = 4  # batches the stream reader prepares ahead (0: read in the loop)
+    prefetch_steps: int = 4  # batches a reader prepares ahead (0: read in the loop)
     generate: dict[str, Any] = field(factory=dict)
 
 

@@ -40,8 +40,11 @@ class TrainState:
     micro-batch, in rank order (see ``state_dict``).
     ``wall_s_before`` is the training wall time of the run up to its last checkpoint or end
     (the loop's stopwatch keeps it); ``checkpoint_step`` the step of the newest checkpoint
-    written or resumed from (None: none yet; not saved). ``backend`` carries out the device
-    contract for the device the model is on (RNG states, copies to the host for saving).
+    written or resumed from (None: none yet; not saved). ``snapshot`` is set only on the copy
+    of the state a background checkpoint write hands to ``save_checkpoint``: the payload
+    taken on the host at the checkpoint's step, which ``state_dict`` then returns (the
+    model and optimizers there are the live ones, already training on). ``backend`` carries
+    out the device contract for the device the model is on (RNG states, host copies).
     """
 
     spec: RunSpec
@@ -65,6 +68,7 @@ class TrainState:
     data_dir: str = ""
     dataset_shape: DatasetShape | None = None
     rank_parts: list[dict[str, Any]] | None = None
+    snapshot: dict[str, Any] | None = None
 
     @property
     def device(self) -> torch.device:
@@ -79,11 +83,15 @@ class TrainState:
         (step, samples, total_steps, data order), the micro-batch size, the recursion in
         force (``H_cycles``, ``L_cycles``, ``halt_exploration_prob``: the spec's unless a
         plugin's schedule changed them), the best evaluation, the resolved spec, the dataset
-        shape and the trm version; ``world_size``, the number of processes that trained it.
+        shape and the trm version; ``device``, the device it trained on (a resume on another
+        says so: trm.train.device_failure); ``world_size``, the number of processes that
+        trained it.
         Under data parallelism (``rank_parts`` set) the carry is every rank's rows concatenated
         in rank order — the global carry, as one process holds it — and ``ranks`` lists each
         rank's RNG states and micro-batch size.
         """
+        if self.snapshot is not None:
+            return self.snapshot
         train = self.spec.train
         carry = self.carry.state_dict() if self.carry is not None else None
         extra: dict[str, Any] = {"world_size": 1}
@@ -125,17 +133,22 @@ class TrainState:
             "data_dir": self.data_dir,
             "dataset_shape": self.dataset_shape.to_dict() if self.dataset_shape else None,
             "rng": capture_rng(self.backend, self.device),
+            "device": str(self.device),
             **extra,
         }
         if self.backend.has_device_memory:
             return tensors_to_host(payload, self.backend)
         return payload
 
-    def load_state_dict(self, payload: dict[str, Any], where: str = "checkpoint") -> list[str]:
+    def load_state_dict(
+        self, payload: dict[str, Any], where: str = "checkpoint", rng_said: bool = False
+    ) -> list[str]:
         """Restore this state from a ``state_dict`` payload; returns warnings to show.
 
         Raises TrmError, listing the differing keys, when the payload's architecture, dataset
-        shape or tensor shapes differ from this state's model. Changed training settings are
+        shape or tensor shapes differ from this state's model. The carry stays where the
+        payload holds it (the host): the caller takes this process's rows and moves only
+        those to the device (``trm.train.setup.resume``). Changed training settings are
         allowed (the run continues with the new ones) and come back as warnings, since the
         continuation is then no longer the run the checkpoint began.
         """
@@ -145,10 +158,10 @@ class TrainState:
             opt.load_state_dict(opt_state)
         if self.ema is not None and payload.get("ema") is not None:
             self.ema.load_state_dict(payload["ema"])
-        if payload.get("carry") is not None:
+        if payload.get("carry") is not None:  # left on the host: see the docstring
             from trm.model import TRMCarry
 
-            self.carry = TRMCarry.from_state_dict(payload["carry"]).to(self.device)
+            self.carry = TRMCarry.from_state_dict(payload["carry"])
         self.step = int(payload["step"])
         self.samples = int(payload["samples"])
         self.micro_batch_size = int(payload.get("micro_batch_size") or self.micro_batch_size)
@@ -166,7 +179,7 @@ class TrainState:
             for section in ("train", "plugins")
             for key, old, new in spec_differences(payload["spec"], spec_to_dict(self.spec), section)
         ]
-        if rng_note:
+        if rng_note and not rng_said:  # rng_said: the caller tells the user itself
             notes.append(f"{where}: {rng_note}")
         if payload.get("trm_version") != trm.__version__:
             notes.append(

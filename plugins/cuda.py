@@ -172,6 +172,7 @@ class CudaDevice(DeviceBackend):
     name = "cuda"
     torch_type = "cuda"
     has_device_memory = True
+    pins_host_batches = True
 
     @property
     def process_groups(self) -> dict[str, str]:  # type: ignore[override]

@@ -51,13 +51,16 @@ class DeviceBackend:
     ``name:N``); ``torch_type`` the torch device type its tensors live on (a backend may run
     on another's tensors: a checked CPU device is ``name = "cpu-checked"``,
     ``torch_type = "cpu"``). ``has_device_memory``: tensors live apart from host memory, so the
-    estimate counts them under "device". ``process_groups``: torch.distributed backends by
+    estimate counts them under "device" (and readers gather batches ahead of the loop).
+    ``pins_host_batches``: batches are gathered into pinned host memory, for a device that
+    copies from it asynchronously (CUDA). ``process_groups``: torch.distributed backends by
     torch device type, for a torchrun job (``{"cuda": "nccl"}``); CPU tensors always use gloo.
     """
 
     name: ClassVar[str] = "cpu"
     torch_type: ClassVar[str] = "cpu"
     has_device_memory: ClassVar[bool] = False
+    pins_host_batches: ClassVar[bool] = False
     process_groups: ClassVar[Mapping[str, str]] = {}
 
     # ---- planning -----------------------------------------------------------------------

@@ -122,7 +122,7 @@ class DataParallel:
         if not self.active:
             return None
         part = {
-            "carry": state.carry.to("cpu").state_dict() if state.carry is not None else None,
+            "carry": state.carry.state_dict() if state.carry is not None else None,
             "rng": capture_rng(state.backend, state.device),
             "micro_batch_size": state.micro_batch_size,
         }
@@ -152,7 +152,7 @@ class DataParallel:
                     f"global batch {self.global_batch}: the carry starts afresh"
                 )
                 state.carry = None
-            elif self.active:
+            elif self.active:  # the loaded carry is still on the host: only these rows move
                 index = torch.arange(self.rows.start, self.rows.stop, device=state.carry.z_H.device)
                 state.carry = state.carry.index_rows(index)
         if saved_world == self.world.size:

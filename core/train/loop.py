@@ -41,6 +41,7 @@ from trm.state import TrainState, weights_sha256
 from trm.train import requests
 from trm.train.checkpoints import Checkpointer, CheckpointSchedule
 from trm.train.data_parallel import DataParallel, Decision
+from trm.train.device_failure import device_failure, is_device_failure
 from trm.train.evaluate import evaluate_in_run
 from trm.train.metrics_log import Journal, MetricsLog
 from trm.train.oom_retry import take_step
@@ -148,10 +149,16 @@ class Trainer:
                         break
         except BaseException as exc:
             stopped = "quit" if isinstance(exc, KeyboardInterrupt) else "failed"
+            if is_device_failure(exc):  # one line and the last good checkpoint, no traceback
+                self.checkpoints.flush(state)  # a write in the background still finishes
+                failure = device_failure(exc, state, self.runtime.device)
+                error = str(failure)
+                raise failure from exc
             error = str(exc) or type(exc).__name__
             raise
         finally:
             data.reader.close()
+            self.checkpoints.flush(state)
             state.wall_s_before = clock.total_s()
             summary = self.finish(state, stopped, error, clock)
         return summary
@@ -160,8 +167,15 @@ class Trainer:
         """Open the data, build the state, resume (TrmError when a checkpoint does not fit)."""
         shape = read_shape(self.data_dir, self.spec.data.train_split)
         choice = self.reader or choose_reader(self.spec, shape, HardwareProfile())
+        runtime = self.runtime
         data = open_data(
-            self.spec, self.data_dir, self.pm, choice, self.runtime.device, self.journal.log
+            self.spec,
+            self.data_dir,
+            self.pm,
+            choice,
+            runtime.device,
+            self.journal.log,
+            runtime.backend,
         )
         local = self.parallel.local_batch if self.parallel.active else None
         try:
@@ -328,7 +342,12 @@ class Trainer:
         that trained; under data parallelism ``ranks_agree`` says whether every rank ended with
         the same weights (checked when the ranks ended together, else None)."""
         process_s = max(clock.total_s() - clock.before_s, 1e-9)
-        digest = weights_sha256(state.model)
+        try:
+            digest: str | None = weights_sha256(state.model)
+        except Exception:  # a failed device cannot give its weights back: no fingerprint
+            if stopped != "failed":
+                raise
+            digest = None
         summary = {
             "stopped": stopped,
             "error": error,
