@@ -201,7 +201,7 @@ def test_export_then_reimport_is_bit_identical(tiny, tmp_path, capsys):
 
 
 def test_import_records_the_mapping_and_reports(tiny, tmp_path, capsys):
-    step_file, _ = write_reference_run(tmp_path / "ref", tiny.data, reference_arch(), False)
+    write_reference_run(tmp_path / "ref", tiny.data, reference_arch(), False)
     run_dir = tmp_path / "imported"
     assert main(["import", str(tmp_path / "ref"), "--out", str(run_dir)]) == 0  # the folder
     spec = (run_dir / "spec.toml").read_text()

@@ -16,7 +16,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import attrs
 import yaml
 from attrs import frozen
 
@@ -358,7 +357,3 @@ def write_config(config: dict[str, Any], path: Path) -> None:
     """``config`` as YAML, keys sorted, in the block style the reference's dump writes."""
     path.write_text(yaml.safe_dump(config, sort_keys=True), encoding="utf-8")
 
-
-def same_model(a: RunSpec, b: RunSpec) -> bool:
-    """True when two specs describe the same network (their [arch] tables are equal)."""
-    return attrs.asdict(a.arch) == attrs.asdict(b.arch)
