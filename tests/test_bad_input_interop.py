@@ -134,10 +134,10 @@ def test_import_into_a_folder_that_holds_files_leaves_it_as_it_was(tiny, tmp_pat
 def test_import_of_data_with_other_identifiers_than_the_configs(tiny, tmp_path, cli):
     other = tmp_path / "other"
     build_tiny_data(other)
-    (other / "identifiers.json").write_text('["<blank>", "x"]')
+    (other / "identifiers.json").write_text('["other"]')  # as many, named otherwise
     out = tmp_path / "imported"
     result = cli("import", tiny.good, "--data", other, "--out", out)
-    assert_one_line_error(result, "identifiers")
+    assert_one_line_error(result, "different puzzle identifiers")
     assert not out.exists()
 
 
