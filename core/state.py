@@ -150,12 +150,21 @@ class TrainState:
         payload holds it (the host): the caller takes this process's rows and moves only
         those to the device (``trm.train.setup.resume``). Changed training settings are
         allowed (the run continues with the new ones) and come back as warnings, since the
-        continuation is then no longer the run the checkpoint began.
+        continuation is then no longer the run the checkpoint began. A payload without
+        optimizer or RNG states (``trm import``'s) keeps this state's fresh optimizers and
+        seeded RNGs, and says so in a warning.
         """
         check_compatible(self, payload, where)
         self.model.load_state_dict(payload["model"])
-        for opt, opt_state in zip(self.optimizers, payload["optimizers"], strict=True):
-            opt.load_state_dict(opt_state)
+        notes = []
+        if payload.get("optimizers") is None:  # an imported checkpoint (trm import)
+            notes.append(
+                f"{where} holds no optimizer state (imported weights: the reference saves "
+                f"none); the optimizers start fresh at step {payload['step']}"
+            )
+        else:
+            for opt, opt_state in zip(self.optimizers, payload["optimizers"], strict=True):
+                opt.load_state_dict(opt_state)
         if self.ema is not None and payload.get("ema") is not None:
             self.ema.load_state_dict(payload["ema"])
         if payload.get("carry") is not None:  # left on the host: see the docstring
@@ -172,8 +181,10 @@ class TrainState:
         self.best_value = float(payload.get("best_value", self.best_exact_accuracy))
         self.last_eval = dict(payload.get("last_eval") or {})
         self.wall_s_before = float(payload.get("wall_s", 0.0))
-        rng_note = restore_rng(payload["rng"], self.backend, self.device)
-        notes = [
+        rng_note = ""
+        if payload.get("rng") is not None:  # an imported checkpoint keeps the seeded RNGs
+            rng_note = restore_rng(payload["rng"], self.backend, self.device)
+        notes += [
             f"{where}: {key} was {old!r}, now {new!r}; the continuation differs from the "
             "original run"
             for section in ("train", "plugins")

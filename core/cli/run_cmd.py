@@ -74,6 +74,13 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
         help="checkpoint every N steps or every DURATION (90s, 10m, 1h); default "
         "train.checkpoint_interval_steps, else about every 10 minutes",
     )
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        metavar="CHECKPOINT",
+        help="start a new run from these weights (a trm run or checkpoint, or a reference "
+        "step_N file); the puzzle table of another dataset starts as its mean row",
+    )
     parser.set_defaults(func=run)
 
 
@@ -97,12 +104,16 @@ def resume_command(args: argparse.Namespace, run_dir: Path, world: World | None 
     # --resume and --replace are left out: the default (auto) continues this run
     if args.checkpoint_every:
         words += ["--checkpoint-every", args.checkpoint_every]
+    if getattr(args, "init_from", None) is not None:  # ignored once the run has a checkpoint
+        words += ["--init-from", str(args.init_from)]
     return shlex.join(words)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.resume not in ("auto", "never") and not Path(args.resume).exists():
         raise TrmError(f"--resume {args.resume}: no such checkpoint file or run directory")
+    if args.init_from is not None and not args.init_from.exists():
+        raise TrmError(f"--init-from {args.init_from}: no such checkpoint file or folder")
     if args.replace and args.resume != "never":
         raise TrmError("--replace starts afresh: use it with --resume never")
     interval = parse_interval(args.checkpoint_every) if args.checkpoint_every else None
@@ -190,6 +201,7 @@ def _run(
             checkpoint_interval=interval,
             on_accepted=accepted,
             reader=plan.reader,
+            init_from=args.init_from,
         )
         summary = trainer.fit()
     finally:

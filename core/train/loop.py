@@ -43,6 +43,7 @@ from trm.train.checkpoints import Checkpointer, CheckpointSchedule
 from trm.train.data_parallel import DataParallel, Decision
 from trm.train.device_failure import device_failure, is_device_failure
 from trm.train.evaluate import evaluate_in_run
+from trm.train.interop.init_from import start_from_weights
 from trm.train.metrics_log import Journal, MetricsLog
 from trm.train.oom_retry import take_step
 from trm.train.setup import RunData, first_carry, new_state, open_data, resume
@@ -69,7 +70,8 @@ class Trainer:
     ``(steps, seconds)`` from ``--checkpoint-every`` (one of them 0), None for
     ``train.checkpoint_interval_steps``, else about every ten minutes. ``on_accepted`` runs
     once the state is built and any checkpoint accepted, before anything is written (``trm
-    run`` writes the run's record there, so a refused resume changes no file).
+    run`` writes the run's record there, so a refused resume changes no file). ``init_from``
+    (``--init-from``) starts a fresh run from those weights (``trm.train.interop.init_from``).
     """
 
     def __init__(
@@ -85,8 +87,10 @@ class Trainer:
         checkpoint_interval: tuple[int, float] | None = None,
         on_accepted: Callable[[TrainState], None] | None = None,
         reader: ReaderChoice | None = None,
+        init_from: Path | None = None,
     ) -> None:
         self.spec, self.runtime, self.pm = spec, runtime, pm
+        self.init_from = init_from
         self.run_dir, self.data_dir, self.resume_from = run_dir, data_dir, resume
         self.max_steps = max_steps
         self.on_accepted = on_accepted
@@ -184,6 +188,8 @@ class Trainer:
             self.world_note = resume(
                 state, self.pm, self.resume_from, self.journal.log, self.parallel
             )
+            if self.init_from is not None:
+                start_from_weights(state, self.pm, self.init_from, self.journal.log)
         except BaseException:
             data.reader.close()
             raise
