@@ -17,6 +17,7 @@ from hypothesis.extra.numpy import arrays
 from tests.conftest import assert_one_line_error
 from trm.data.puzzle_dataset import open_split, read_identifiers
 from trm.data.shape import read_shape
+from trm.device.contract import host_placement
 from trm.plugins.arc import grids
 from trm.plugins.arc.source import ArcBuildOptions, ArcSource
 
@@ -633,7 +634,7 @@ def test_the_cpu_preset_learns_held_out_cells_far_above_an_untrained_model(tmp_p
     torch.manual_seed(spec.train.seed)
     model = build_model(spec.arch, read_shape(run_dir / "data", "train"))
     index = SplitIndex(open_split(run_dir / "data" / "test"))
-    untrained = evaluate(model, index, spec.arch.halt_max_steps, 64, torch.device("cpu"), None)
+    untrained = evaluate(model, index, spec.arch.halt_max_steps, 64, host_placement())
     assert trained["examples"] == untrained["examples"] == 90
     assert untrained["cell_accuracy"] < 0.2, untrained
     assert trained["cell_accuracy"] >= 0.25, trained
