@@ -17,6 +17,7 @@ transport of its own. The seconds spent inside these collectives are counted
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -253,6 +254,14 @@ def _timed() -> Iterator[None]:
             raise
         text = str(exc).strip()
         detail = text.splitlines()[0][:200] if text else type(exc).__name__
+        # Said at once: torchrun ends the surviving ranks soon after one dies, maybe before
+        # this one has closed its run and printed its error line.
+        print(
+            f"trm: rank {current().rank}: a collective with the other ranks failed ({detail}); "
+            "stopping",
+            file=sys.stderr,
+            flush=True,
+        )
         raise TrainingFailed(
             f"rank {current().rank}: a collective with the other ranks failed ({detail}); "
             "another rank has died or stopped answering, so this one stops too — under "
