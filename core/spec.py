@@ -197,13 +197,11 @@ def _strict_converter() -> cattrs.Converter:
         return structure
 
     def lists_only(kind: Any) -> Any:
-        homogenous = typing.get_origin(kind) is tuple and typing.get_args(kind)[-1:] == (...,)
-        factory = (
-            cattrs.cols.homogenous_tuple_structure_factory
-            if homogenous
-            else cattrs.cols.list_structure_factory
+        inner = (
+            cattrs.cols.homogenous_tuple_structure_factory(kind, conv)
+            if typing.get_origin(kind) is tuple
+            else cattrs.cols.list_structure_factory(kind, conv)
         )
-        inner = factory(kind, conv)
 
         def structure(value: Any, _type: type) -> Any:
             if not isinstance(value, (list, tuple)):  # text is iterable, but no list
@@ -213,13 +211,7 @@ def _strict_converter() -> cattrs.Converter:
         return structure
 
     conv.register_structure_hook_factory(attrs.has, tables_only)
-    conv.register_structure_hook_factory(
-        lambda t: (
-            typing.get_origin(t) is list
-            or (typing.get_origin(t) is tuple and typing.get_args(t)[-1:] == (...,))
-        ),
-        lists_only,
-    )
+    conv.register_structure_hook_factory(_is_list_type, lists_only)
     conv.register_structure_hook(int, exact(int, (int,)))
     conv.register_structure_hook(float, exact(float, (int, float)))
     conv.register_structure_hook(bool, exact(bool, (bool,)))
@@ -228,6 +220,12 @@ def _strict_converter() -> cattrs.Converter:
         lambda t: t == dict[str, Any], lambda v, _t: _require_table(v)
     )
     return conv
+
+
+def _is_list_type(kind: Any) -> bool:
+    """``list[X]`` or ``tuple[X, ...]``: what a TOML array structures into."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    return origin is list or (origin is tuple and args[-1:] == (...,))
 
 
 def _require_table(value: Any) -> dict[str, Any]:
