@@ -57,11 +57,21 @@ from trm.spec import RunSpec, apply_overrides, load_spec, resolve_spec_path
 Depth = tuple[int, int]
 
 # The issue's comparison: baseline, each curriculum schedule, adaptive halting, and both.
+# Each names the research plugins it keeps off, since a spec's [plugins.NAME] table would
+# switch that plugin on (sudoku9-laptop has [plugins.curriculum]).
 MATRIX = (
-    ("baseline", "", ()),
-    ("curriculum-linear", "curriculum", ('plugins.curriculum={schedule="linear"}',)),
-    ("curriculum-staged", "curriculum", ('plugins.curriculum={schedule="staged"}',)),
-    ("adaptive-halting", "adaptive-halting", ()),
+    ("baseline", "no:curriculum,no:adaptive-halting", ()),
+    (
+        "curriculum-linear",
+        "curriculum,no:adaptive-halting",
+        ('plugins.curriculum={schedule="linear"}',),
+    ),
+    (
+        "curriculum-staged",
+        "curriculum,no:adaptive-halting",
+        ('plugins.curriculum={schedule="staged"}',),
+    ),
+    ("adaptive-halting", "adaptive-halting,no:curriculum", ()),
     (
         "staged+halting",
         "curriculum,adaptive-halting",
@@ -116,7 +126,9 @@ def spec_for(base: RunSpec, sets: tuple[str, ...]) -> RunSpec:
 def depth_schedule(spec: RunSpec, plugins: str):
     """``f(step, total_steps) -> (H_cycles, L_cycles)`` as the run will use them."""
     final = (spec.arch.H_cycles, spec.arch.L_cycles)
-    if "curriculum" not in [p.strip() for p in plugins.split(",")]:
+    names = [p.strip() for p in plugins.split(",")]
+    on = "curriculum" in names or ("curriculum" in spec.plugins and "no:curriculum" not in names)
+    if not on:
         return lambda _step, _total: final
     try:
         options = curriculum_options(spec)

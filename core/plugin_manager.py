@@ -14,6 +14,9 @@ The module or class says when it is on through the attribute ``ACTIVATION``:
 - ``"auto"`` — on when its ``is_available()`` returns True (a device exists);
 - ``"opt-in"`` (also when the attribute is missing) — on only when named in ``--plugins``.
 
+A run spec with a ``[plugins.NAME]`` table switches plugin NAME on as ``--plugins NAME``
+would (the recipe carries its plugins); ``--plugins no:NAME`` still keeps it off.
+
 A plugin named in ``--plugins`` whose ``is_available()`` returns False (its device is absent,
 its package is not installed) is refused with its ``UNAVAILABLE_REASON``: one line, exit 2.
 
@@ -101,9 +104,12 @@ def parse_plugin_list(texts: Iterable[str]) -> tuple[list[str], list[str]]:
 class TrmPluginManager:
     """A pluggy manager holding the enabled plugins, plus what is known of all of them."""
 
-    def __init__(self, pm: pluggy.PluginManager, infos: list[PluginInfo]) -> None:
+    def __init__(
+        self, pm: pluggy.PluginManager, infos: list[PluginInfo], from_spec: Iterable[str] = ()
+    ) -> None:
         self.pm = pm
         self.infos = infos
+        self.from_spec = frozenset(from_spec)  # switched on by a spec's [plugins.NAME] only
 
     @property
     def hook(self) -> Any:
@@ -122,6 +128,15 @@ class TrmPluginManager:
         return [
             info.name for info in self.infos if not info.enabled and "device_backends" in info.hooks
         ]
+
+    def describe_enabled(self) -> str:
+        """The enabled plugins for the ``plugins on:`` line; one a spec's table switched on
+        says so (``curriculum (by [plugins.curriculum])``)."""
+        return ", ".join(
+            f"{info.name} (by [plugins.{info.name}])" if info.name in self.from_spec else info.name
+            for info in self.infos
+            if info.enabled
+        )
 
     def call_chained(self, hook_name: str, value_key: str, **kwargs: Any) -> list[Any]:
         """Call ``hook_name`` implementation by implementation, in call order.
@@ -155,10 +170,14 @@ def _load(ep: metadata.EntryPoint) -> Any:
 def load_plugins(
     requested: Iterable[str] = (),
     extra_modules: Iterable[tuple[str, Any]] = (),
+    spec_tables: Iterable[str] = (),
 ) -> TrmPluginManager:
     """Build the plugin manager for one command.
 
-    ``requested`` holds ``--plugins`` values (``a,b``, ``no:c``). ``extra_modules`` registers
+    ``requested`` holds ``--plugins`` values (``a,b``, ``no:c``). ``spec_tables`` names the
+    run spec's ``[plugins.NAME]`` tables: those plugins are switched on too, unless ``no:NAME``
+    (a name no plugin has is left to the spec check, which names the table).
+    ``extra_modules`` registers
     in-process plugins (modules or objects: tests, fault injection, the bench's timer),
     switched on; one with an installed plugin's name replaces that plugin. Raises TrmError
     for an unknown or unavailable plugin name, listing the known names.
@@ -184,6 +203,8 @@ def load_plugins(
     for name in (*wanted, *unwanted):
         if name not in known:
             raise TrmError(f"unknown plugin {name!r}; known plugins: {', '.join(sorted(known))}")
+    from_spec = [n for n in spec_tables if n in known and n not in (*wanted, *unwanted)]
+    wanted += from_spec
 
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
     pm.add_hookspecs(hookspecs)
@@ -193,7 +214,11 @@ def load_plugins(
         if name in wanted:
             if not _is_available(plugin):
                 reason = getattr(plugin, "UNAVAILABLE_REASON", "its device is not present")
-                raise TrmError(f"plugin {name!r} cannot run here: {reason}")
+                by = f" (the spec's [plugins.{name}] switches it on)" if name in from_spec else ""
+                raise TrmError(
+                    f"plugin {name!r}{by} cannot run here: {reason}"
+                    + (f"; or keep it off with --plugins no:{name}" if by else "")
+                )
             enabled = True
         elif activation == "default":
             enabled = True
@@ -211,4 +236,4 @@ def load_plugins(
         infos.append(PluginInfo(name, dist, version, "-", False, (), "switched off (not loaded)"))
     infos.sort(key=lambda info: info.name)
     pm.check_pending()
-    return TrmPluginManager(pm, infos)
+    return TrmPluginManager(pm, infos, from_spec)

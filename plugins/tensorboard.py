@@ -12,8 +12,11 @@ resumes from (``purge_step``), as metrics.jsonl does. Only rank 0 of a torchrun 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import sys
+from collections.abc import Callable
 from typing import Any
 
 from trm import hookimpl
@@ -60,16 +63,29 @@ class TensorBoard:
         from torch.utils.tensorboard.summary import hparams
 
         log_dir = state.run_dir / LOG_FOLDER
-        self.writer = SummaryWriter(str(log_dir), purge_step=state.step + 1, flush_secs=FLUSH_S)
-        self.tail = MetricsTail(state.run_dir / "metrics.jsonl")
-        self.tail.start()
-        config = self.config(state)
-        for summary in hparams(config, {}):
-            self.writer.file_writer.add_summary(summary)
-        self.writer.add_text("spec", "```\n" + spec_to_toml(state.spec) + "```", state.step)
-        hardware = json.dumps(read_hardware(state), indent=2)
-        self.writer.add_text("hardware", "```\n" + hardware + "\n```", state.step)
+        try:
+            self.writer = SummaryWriter(str(log_dir), purge_step=state.step + 1, flush_secs=FLUSH_S)
+            self.tail = MetricsTail(state.run_dir / "metrics.jsonl")
+            self.tail.start()
+            config = self.config(state)
+            for summary in hparams(config, {}):
+                self.writer.file_writer.add_summary(summary)
+            self.writer.add_text("spec", "```\n" + spec_to_toml(state.spec) + "```", state.step)
+            hardware = json.dumps(read_hardware(state), indent=2)
+            self.writer.add_text("hardware", "```\n" + hardware + "\n```", state.step)
+        except OSError as exc:
+            self.give_up(control.log, f"cannot write {log_dir} ({exc.strerror or exc})")
+            return
         control.log(f"tensorboard: logging to {log_dir} (tensorboard --logdir {log_dir})")
+
+    def give_up(self, say: Callable[[str], None], reason: str) -> None:
+        """Stop logging for the rest of the run, with one warning line: the training goes
+        on (as W&B's plugin does when it cannot log)."""
+        say(f"warning: tensorboard: {reason}; this run is not logged to TensorBoard")
+        writer, self.writer, self.tail = self.writer, None, None
+        if writer is not None:
+            with contextlib.suppress(OSError):
+                writer.close()
 
     @staticmethod
     def config(state: TrainState) -> dict[str, Any]:
@@ -80,20 +96,31 @@ class TensorBoard:
         _flat("hardware", read_hardware(state), out)
         return out
 
-    def write_new_rows(self) -> None:
+    def write_new_rows(self, say: Callable[[str], None]) -> None:
         if self.writer is None or self.tail is None:
             return
-        for row in self.tail.read():
-            for name, value in scalars(row).items():
-                self.writer.add_scalar(name, value, row["step"])
+        try:
+            for row in self.tail.read():
+                for name, value in scalars(row).items():
+                    self.writer.add_scalar(name, value, row["step"])
+        except OSError as exc:
+            self.give_up(say, f"writing failed ({exc.strerror or exc})")
 
     @hookimpl
-    def on_step(self, state: TrainState) -> None:
-        self.write_new_rows()
+    def on_step(self, control: TrainControl) -> None:
+        self.write_new_rows(control.log)
 
     @hookimpl
     def on_train_end(self) -> None:
-        self.write_new_rows()
+        self.write_new_rows(_stderr)
         if self.writer is not None:
-            self.writer.close()
+            try:
+                self.writer.close()
+            except OSError as exc:
+                _stderr(f"warning: tensorboard: closing failed ({exc.strerror or exc})")
             self.writer = None
+
+
+def _stderr(message: str) -> None:
+    """A line for the user after the loop has ended (control.log is no longer read)."""
+    print(f"trm: {message}", file=sys.stderr)

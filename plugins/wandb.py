@@ -28,6 +28,7 @@ import string
 import sys
 import threading
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,19 +40,34 @@ from trm.state import TrainState
 
 ID_FILE = "wandb-run-id"
 DEFAULT_PROJECT = "trm"
+# The values W&B takes for WANDB_MODE (wandb 0.2x: "dryrun" and "run" are older names).
+MODES = ("online", "offline", "disabled", "shared", "dryrun", "run")
 FINISH_ENV = "TRM_WANDB_FINISH_S"
 DEFAULT_FINISH_S = 60.0
 _ID_ALPHABET = string.ascii_lowercase + string.digits
+_NOT_IN_ID = set("/\\#?%: ")  # characters W&B refuses in a run id
 
 
-def run_id(run_dir: Path, fresh: bool) -> str:
+def _first_line(exc: BaseException) -> str:
+    """An exception as one line for the user (W&B's own messages run over several)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def run_id(run_dir: Path, fresh: bool, say: Callable[[str], None] = print) -> str:
     """The W&B run id of this run directory: the stored one, unless ``fresh`` (or none is
-    stored), in which case a new one is stored."""
+    stored), in which case a new one is stored. A stored id that is no id (not UTF-8 text,
+    or holding characters W&B refuses) gets a new one too, and ``say`` tells the user."""
     path = run_dir / ID_FILE
     if not fresh:
         try:
             stored = path.read_text(encoding="utf-8").strip()
-        except OSError:
+        except FileNotFoundError:
+            stored = ""
+        except (OSError, UnicodeDecodeError):
+            stored = "\0"  # unreadable: not an id
+        if stored and (not stored.isprintable() or set(stored) & _NOT_IN_ID):
+            say(f"wandb: {path} holds no W&B run id; this run is logged as a new W&B run")
             stored = ""
         if stored:
             return stored
@@ -83,6 +99,13 @@ class WandB:
     def on_train_start(self, state: TrainState, control: TrainControl) -> None:
         if not is_main_process():
             return
+        mode = os.environ.get("WANDB_MODE", "")
+        if mode and mode not in MODES:
+            control.log(
+                f"warning: wandb: WANDB_MODE={mode} is not a W&B mode (use one of "
+                f"{', '.join(MODES)}); this run is not logged to W&B"
+            )
+            return
         self.run_dir = state.run_dir
         tail = MetricsTail(state.run_dir / "metrics.jsonl")
         tail.start()
@@ -90,7 +113,7 @@ class WandB:
             "project": os.environ.get("WANDB_PROJECT", DEFAULT_PROJECT),
             "name": state.run_dir.resolve().name,
             "dir": str(state.run_dir),
-            "id": run_id(state.run_dir, fresh=state.step == 0),
+            "id": run_id(state.run_dir, fresh=state.step == 0, say=control.log),
             "resume": "allow",
             "config": {"spec": spec_to_dict(state.spec), "hardware": read_hardware(state)},
         }
@@ -115,7 +138,7 @@ class WandB:
         except Exception as exc:  # unreachable service, bad key: keep the data on disk
             if os.environ.get("WANDB_MODE") in ("offline", "disabled"):
                 raise
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            reason = _first_line(exc)
             self.say(
                 f"cannot log online ({reason}); logging offline into {settings['dir']}/wandb "
                 "— upload later with `wandb sync`"
@@ -131,7 +154,7 @@ class WandB:
         try:
             run = self.start_run(settings)
         except Exception as exc:
-            self.say(f"W&B could not start ({exc}); this run is not logged to W&B")
+            self.say(f"W&B could not start ({_first_line(exc)}); this run is not logged to W&B")
             return
         try:
             while True:
@@ -145,13 +168,13 @@ class WandB:
                     run.summary.update(numbers)
                     break
         except Exception as exc:  # a logging failure never reaches the training loop
-            self.say(f"logging failed ({exc}); the rest of this run is not logged to W&B")
+            self.say(f"logging failed ({_first_line(exc)}); the rest of this run is not logged")
         finally:
             try:
                 run.finish()
                 wandb.teardown()  # the next run in this process reads its settings afresh
             except Exception as exc:
-                self.say(f"W&B could not finish ({exc})")
+                self.say(f"W&B could not finish ({_first_line(exc)})")
 
     # ------------------------------------------------------------------ the loop's side
 

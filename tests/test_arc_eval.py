@@ -515,7 +515,7 @@ def _scored_arc_plugins(monkeypatch) -> None:
         monkeypatch.setattr(
             module,
             "load_plugins",
-            lambda names, real=real: real(names, extra_modules=[("arc", plugin)]),
+            lambda names, real=real, **kw: real(names, extra_modules=[("arc", plugin)], **kw),
         )
 
 

@@ -400,8 +400,11 @@ def test_estimate_checks_the_tables_too(tiny, cli):
     assert_one_line_error(result, "plugins.curriculum.end_step")
 
 
-def test_a_table_of_a_plugin_that_is_off_is_noted_not_used(tiny, tmp_path, cli):
-    result = cli("run", tiny.spec, "--out", tmp_path / "run", "--max-steps", "1")
+def test_a_table_of_a_plugin_switched_off_is_noted_not_used(tiny, tmp_path, cli):
+    run_dir = tmp_path / "run"
+    result = cli(
+        "run", tiny.spec, "--out", run_dir, "--max-steps", "1", "--plugins", "no:curriculum"
+    )
     assert result.code == 0, result.err
     assert "[plugins.curriculum] is not used" in result.err
     assert {r["H_cycles"] for r in _train_rows(tmp_path / "run")} == {2}

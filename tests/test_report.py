@@ -97,6 +97,23 @@ def _expected_series(run_dir: Path) -> dict[str, dict[str, dict[str, int]]]:
     }
 
 
+def test_the_memory_plot_shows_the_estimates_promised_band(runs, cli, tmp_path):
+    """The ±10% band around the host estimate is drawn, and the axis holds all of it, so
+    a gap of a few percent between estimate and measurement looks as small as it is."""
+    clean = runs.base / "clean"
+    _report(cli, tmp_path / "out", clean)
+    manifest = json.loads((tmp_path / "out" / "plots.json").read_text())
+    (memory,) = [entry for entry in manifest if entry["file"] == "memory.png"]
+    panel = memory["panels"][0]
+    estimate_mb = json.loads((clean / "estimate.json").read_text())["host_total_bytes"] / 2**20
+    (band,) = panel["bands"]
+    assert band["label"] == "host estimate"
+    assert band["low"] == pytest.approx(0.9 * estimate_mb)
+    assert band["high"] == pytest.approx(1.1 * estimate_mb)
+    low, high = panel["y_range"]
+    assert low <= band["low"] and band["high"] <= high
+
+
 def _pixels_of(image: np.ndarray, color: str, box: list[float]) -> int:
     """Pixels within ``box`` (x0, y0, x1, y1 from the top left) close to ``color``."""
     x0, y0, x1, y1 = (round(v) for v in box)

@@ -221,7 +221,9 @@ def test_other_plugins_receive_the_events_and_act_through_control(
     recorder.on_thermal_event = on_thermal_event
     real = run_cmd.load_plugins
     monkeypatch.setattr(
-        run_cmd, "load_plugins", lambda names: real(names, extra_modules=[("recorder", recorder)])
+        run_cmd,
+        "load_plugins",
+        lambda names, **kw: real(names, extra_modules=[("recorder", recorder)], **kw),
     )
     run_dir = tmp_path / "run"
     result = cli("run", tiny.spec, "--out", run_dir, "--plugins", "thermal")
@@ -238,7 +240,9 @@ def test_an_injected_sensor_replaces_the_hardware(tiny, tmp_path, cli, monkeypat
     injected = thermal.Thermal(sensor=TraceSensor([_cpu(50), _cpu(95)]))
     real = run_cmd.load_plugins
     monkeypatch.setattr(
-        run_cmd, "load_plugins", lambda names: real(names, extra_modules=[("thermal", injected)])
+        run_cmd,
+        "load_plugins",
+        lambda names, **kw: real(names, extra_modules=[("thermal", injected)], **kw),
     )
     result = cli("run", tiny.spec, "--out", tmp_path / "run")
     assert result.code == 0, result.err

@@ -36,8 +36,8 @@ def _recording(monkeypatch) -> list:
     managers = []
     real = run_cmd.load_plugins
 
-    def load(names):
-        pm = real(names)
+    def load(names, **kw):
+        pm = real(names, **kw)
         managers.append(pm)
         return pm
 
@@ -78,7 +78,9 @@ def test_on_train_end_runs_when_the_loop_raises(data, tmp_path, cli, monkeypatch
     plugin.on_step, plugin.on_train_end = on_step, on_train_end
     real = run_cmd.load_plugins
     monkeypatch.setattr(
-        run_cmd, "load_plugins", lambda names: real(names, extra_modules=[("buggy", plugin)])
+        run_cmd,
+        "load_plugins",
+        lambda names, **kw: real(names, extra_modules=[("buggy", plugin)], **kw),
     )
     result = cli("run", write_spec(tmp_path, data), "--out", tmp_path / "run")
     assert result.code == 1

@@ -12,6 +12,11 @@ EXIT_USAGE = 2  # bad input: one line ``trm: error: …``
 EXIT_STOPPED = 130  # stopped by the user (after a checkpoint, when one could be written)
 
 
+class RankZeroStopped(TrmError):
+    """Under torchrun, on a rank other than 0: rank 0 refused the run's input and printed
+    the one error line; this rank exits 2 without printing it again."""
+
+
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports usage errors as one ``trm: error:`` line and exit code 2."""
 

@@ -20,11 +20,12 @@ from trm.cli.common import OneLineParser
 from trm.cli.output import info
 from trm.errors import TrmError
 from trm.plan.build import build_into, check_output_folder
-from trm.plan.dataset import build_options, find_data_source
+from trm.plan.dataset import build_options, data_sources, find_data_source
 from trm.plugin_manager import load_plugins
 from trm.spec import MAX_SEED
 
 SEED_MAX = MAX_SEED
+_COMMON_DESTS = ("out", "seed", "force")
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -35,13 +36,20 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
         "build", parents=[common], add_help=False, help="build SOURCE's dataset into --out DIR"
     )
     build.add_argument("-h", "--help", action="store_true", help="show the source's options")
-    build.add_argument("source", help="data source name, e.g. sudoku")
-    build.add_argument("--out", help="output directory (required)")
-    build.add_argument(
+    build.add_argument("source", nargs="?", help="data source name, e.g. sudoku, maze, arc")
+    _add_common_options(build)
+    build.set_defaults(func=run_build, accepts_extra=True, build_parser=build)
+
+
+def _add_common_options(parser: argparse.ArgumentParser) -> None:
+    """``--out``, ``--seed`` and ``--force``: every source's build takes them (shown again in
+    ``trm data build SOURCE --help``, beside the source's own options)."""
+    group = parser.add_argument_group("every source")
+    group.add_argument("--out", help="output directory (required)")
+    group.add_argument(
         "--seed", type=int, default=0, help=f"random seed, 0 to {SEED_MAX} (default 0)"
     )
-    build.add_argument("--force", action="store_true", help="replace an existing dataset at --out")
-    build.set_defaults(func=run_build, accepts_extra=True)
+    group.add_argument("--force", action="store_true", help="replace an existing dataset at --out")
 
 
 def _options_parser(source: Any) -> OneLineParser:
@@ -49,12 +57,14 @@ def _options_parser(source: Any) -> OneLineParser:
         prog=f"trm data build {source.name}",
         description=(source.options_type.__doc__ or "").strip(),
     )
+    _add_common_options(parser)
+    group = parser.add_argument_group(f"{source.name} options")
     for field in attrs.fields(attrs.resolve_types(source.options_type)):
         kind = field.type
         flag = "--" + field.name.replace("_", "-")
         help_text = field.metadata.get("help", "")
         if kind is bool:
-            parser.add_argument(
+            group.add_argument(
                 flag,
                 dest=field.name,
                 action=argparse.BooleanOptionalAction,
@@ -62,7 +72,7 @@ def _options_parser(source: Any) -> OneLineParser:
                 help=help_text,
             )
         else:
-            parser.add_argument(
+            group.add_argument(
                 flag,
                 dest=field.name,
                 type=kind,
@@ -74,12 +84,24 @@ def _options_parser(source: Any) -> OneLineParser:
 
 def run_build(args: argparse.Namespace) -> int:
     pm = load_plugins(args.plugins)
+    if args.source is None:
+        if args.help:
+            args.build_parser.print_help()
+            print(f"\ndata sources: {', '.join(sorted(data_sources(pm)))}")
+            print("a source's own options: trm data build SOURCE --help")
+            return 0
+        raise TrmError(
+            "trm data build needs a data source, e.g. `trm data build sudoku --out DIR` "
+            "(see `trm data build --help`)"
+        )
     source = find_data_source(pm, args.source)
     parser = _options_parser(source)
     if args.help:
         parser.print_help()
         return 0
     parsed = vars(parser.parse_args(args.extra))
+    for name in _COMMON_DESTS:  # parsed already by the command's own parser
+        parsed.pop(name)
     options = build_options(source, parsed, "trm data build")
     validate = getattr(source, "validate_options", None)
     if callable(validate):

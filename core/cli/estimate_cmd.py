@@ -100,7 +100,7 @@ def print_breakdown(document: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     spec = apply_overrides(load_spec(resolve_spec_path(args.spec)), args.set)
-    pm = load_plugins(args.plugins)
+    pm = load_plugins(args.plugins, spec_tables=spec.plugins)
     mode = None if args.mode == "as-written" else args.mode
     plan = plan_run(pm, spec, mode, default_run_dir(spec.name), log=info)
     target = MODE_TARGETS[mode] if mode else 1.0

@@ -11,6 +11,7 @@ solve``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -172,7 +173,9 @@ def run_eval(args: argparse.Namespace) -> int:
             f"{result['examples']} examples of {result['split']} at step {result['step']}: "
             f"exact accuracy {result['exact_accuracy']:.2%}, "
             f"cell accuracy {result['cell_accuracy']:.2%}"
-            + "".join(f", {_metric_name(k)} {v:.2%}" for k, v in _task_values(result).items())
+            + "".join(
+                f", {_metric_name(k)} {_shown(k, v)}" for k, v in _task_values(result).items()
+            )
         )
     return 0
 
@@ -198,7 +201,23 @@ def _task_evaluator(
             + ("is a folder" if submission.is_dir() else f"folder {folder} does not exist")
             + "; give a file path such as submission.json"
         )
+    probe = _temporary(submission)
+    try:
+        probe.write_text("", encoding="utf-8")
+        probe.unlink()
+    except OSError as exc:
+        raise TrmError(
+            f"--submission {submission} cannot be written ({exc.strerror or exc}); give a "
+            "path in a folder you can write to"
+        ) from None
     return evaluator
+
+
+def _temporary(path: Path) -> Path:
+    """Where the submission is written before it is renamed over ``path`` (a name of this
+    process, so no file of the user's is touched)."""
+    path = path.expanduser()
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
 def _write_submission(path: Path, evaluator: TaskEvaluator | None) -> None:
@@ -207,12 +226,15 @@ def _write_submission(path: Path, evaluator: TaskEvaluator | None) -> None:
     assert evaluator is not None  # _task_evaluator refused this before the evaluation
     document = evaluator.submission()
     path = path.expanduser()
-    temporary = path.with_name(path.name + ".tmp")
+    temporary = _temporary(path)
+    if path.exists():
+        info(f"--submission {path} exists: replacing it")
     try:
         temporary.write_text(json.dumps(document) + "\n", encoding="utf-8")
         os.replace(temporary, path)
     except OSError as exc:
-        temporary.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only folder: nothing was left there
+            temporary.unlink(missing_ok=True)
         raise TrmError(
             f"--submission {path} cannot be written ({exc.strerror or exc}); check the folder"
         ) from None
@@ -222,6 +244,14 @@ def _task_values(result: dict[str, Any]) -> dict[str, float]:
     """The task metrics of an evaluation (the keys beyond exact and cell accuracy)."""
     common = ("checkpoint", "step", "split", "examples", "exact_accuracy", "cell_accuracy")
     return {k: v for k, v in result.items() if k not in common}
+
+
+def _shown(key: str, value: float) -> str:
+    """A metric as the text output shows it: fractions (accuracies, rates, pass@K) as
+    percentages, other numbers (loss, mean halt steps) as they are."""
+    if key.endswith(("accuracy", "_rate")) or key.startswith("pass@"):
+        return f"{value:.2%}"
+    return f"{value:.4g}"
 
 
 def _metric_name(key: str) -> str:
@@ -257,8 +287,18 @@ def _puzzle_text(argument: str) -> tuple[str, Path | None]:
     except UnicodeDecodeError as exc:
         raise TrmError(
             f"puzzle file {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
-            f"{exc.start}); save it as plain text with '.' or '0' for blanks"
+            f"{exc.start}); save the puzzle as plain text"
         ) from None
+
+
+def _looks_like_a_file_name(argument: str) -> bool:
+    """True for one word with a folder separator or a file extension of letters
+    (``mazes/hard.txt``, ``puzzle.txt``): what a user who meant a file typed."""
+    word = argument.strip()
+    if not word or any(ch.isspace() for ch in word):
+        return False
+    suffix = Path(word).suffix[1:]
+    return "/" in word or os.sep in word or (suffix.isalpha() and suffix.isascii())
 
 
 def _parse(source: Any, argument: str, seq_len: int) -> np.ndarray:
@@ -267,6 +307,11 @@ def _parse(source: Any, argument: str, seq_len: int) -> np.ndarray:
         tokens = source.parse_puzzle(text, seq_len)
     except TrmError as exc:
         if path is None:
+            if _looks_like_a_file_name(argument):
+                raise TrmError(
+                    f"puzzle file {argument.strip()} does not exist (read as the puzzle itself "
+                    f"it is not one: {exc}); check the file name"
+                ) from None
             raise
         raise TrmError(f"{exc} (read from puzzle file {path})") from None
     except (ValueError, TypeError, IndexError) as exc:  # a source that breaks its contract
@@ -357,7 +402,8 @@ def _solve_task(
     else:
         Console(highlight=False).print(solution.view)
     if solution.picture is not None:
-        info(f"wrote {solution.picture}")
+        replaced = solution.document.get("picture_replaced") is True
+        info(f"wrote {solution.picture}" + (", replacing the file there" if replaced else ""))
     info(f"solved with {spec.name} at step {payload.get('step')}")
     return 0
 

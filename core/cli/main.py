@@ -8,12 +8,22 @@ checkpoint.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Sequence
 
 from trm import __version__
-from trm.cli.common import EXIT_FAILED, EXIT_OK, EXIT_STOPPED, EXIT_USAGE, OneLineParser
+from trm.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_STOPPED,
+    EXIT_USAGE,
+    OneLineParser,
+    RankZeroStopped,
+)
+from trm.cli.output import error, rank, set_rank
+from trm.device.distributed import env_world
 from trm.errors import TrainingFailed, TrmError
 
 
@@ -65,32 +75,55 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` names; the exit code.
+
+    Under torchrun every rank runs this with the same arguments: a usage error is printed
+    by rank 0 alone (every rank finds the same), a rank's own error is tagged with its rank
+    (:func:`trm.cli.output.error`), and an error rank 0 already printed is not repeated
+    (:class:`RankZeroStopped`)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
+        set_rank(env_world().rank)
         parser = build_parser()
-        args, extra = parser.parse_known_args(argv)
-        if extra and not getattr(args, "accepts_extra", False):
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        try:
+            args, extra = parser.parse_known_args(argv)
+            if extra and not getattr(args, "accepts_extra", False):
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        except TrmError as exc:
+            raise exc if rank() == 0 else RankZeroStopped(str(exc)) from None
         args.extra = extra
         return int(args.func(args) or EXIT_OK)
     except TrmError as exc:
         if debug:
             traceback.print_exc()
-        print(f"trm: error: {exc}", file=sys.stderr)
+        if not isinstance(exc, RankZeroStopped):
+            error(str(exc))
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader of stdout left: entry() ends quietly
+        raise
     except KeyboardInterrupt:
         print("trm: stopped by the user", file=sys.stderr)
         return EXIT_STOPPED
     except Exception as exc:
         if debug or not isinstance(exc, TrainingFailed):
             traceback.print_exc()
-        print(f"trm: error: {exc}", file=sys.stderr)
+        error(str(exc))
         return EXIT_FAILED
 
 
 def entry() -> None:
-    sys.exit(main())
+    """The console script. A reader that closes the pipe early (``trm … --json | head``)
+    ends the command quietly: stdout is pointed at devnull so the interpreter's last flush
+    cannot fail again, and the exit code is 0 (as for ``yes | head``'s reader: nothing
+    went wrong that the user must hear about)."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_OK
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,20 @@ def set_rank(rank: int) -> None:
     _rank[0] = rank
 
 
+def rank() -> int:
+    """This process's rank as :func:`set_rank` last set it (0 alone)."""
+    return _rank[0]
+
+
+def error(message: str) -> None:
+    """The one ``trm: error: …`` line, written whole in one write so that the lines of
+    several processes sharing stderr (torchrun's ranks) never run together; a rank other
+    than 0 tags it with its rank."""
+    tag = f"[rank {_rank[0]}] " if _rank[0] > 0 else ""
+    sys.stderr.write(f"trm: error: {tag}{message}\n")
+    sys.stderr.flush()
+
+
 def info(message: str) -> None:
     """A status line for the user (stderr, so stdout stays clean for --json).
 

@@ -20,7 +20,7 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="run directory")
     parser.add_argument(
         "--out",
-        type=Path,
+        type=_folder,
         help="folder for the report (default RUN_DIR/report for one run, ./report for several)",
     )
     parser.add_argument(
@@ -29,12 +29,22 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     parser.set_defaults(func=run)
 
 
+def _folder(text: str) -> Path:
+    """An argparse type: a folder path, never empty (an empty one would mean the current
+    folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a folder for the report")
+    return Path(text)
+
+
 def run(args: argparse.Namespace) -> int:
-    from trm.report.build import make_report  # matplotlib loads only for this command
+    from trm.report.build import check_report_folder, make_report  # matplotlib loads here
 
     out_dir = args.out or (
         args.run_dirs[0] / "report" if len(args.run_dirs) == 1 else Path("report")
     )
+    if check_report_folder(out_dir):
+        info(f"replacing the report in {out_dir}")
     report = make_report(args.run_dirs, out_dir)
     for summary in report.document["runs"]:
         for finding in summary["findings"]:

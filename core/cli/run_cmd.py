@@ -8,15 +8,23 @@ command as one rank of a data-parallel run; see docs/distributed.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
+from typing import TypeVar
 
 import attrs
 
-from trm.cli.common import EXIT_OK, EXIT_STOPPED, add_set_option, positive_int
+from trm.cli.common import (
+    EXIT_OK,
+    EXIT_STOPPED,
+    RankZeroStopped,
+    add_set_option,
+    positive_int,
+)
 from trm.cli.output import info, set_rank
 from trm.device import distributed
 from trm.device.distributed import World
@@ -28,6 +36,7 @@ from trm.plan.build import BUILD_RECORD
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import Plan, check_device
 from trm.plan.run_dir import (
+    LOCK_FILE,
     check_checkpoint_room,
     check_reuse,
     clear_run,
@@ -40,6 +49,8 @@ from trm.plugin_manager import TrmPluginManager, load_plugins
 from trm.spec import RunSpec, apply_overrides, load_spec, resolve_spec_path
 from trm.train import Trainer
 from trm.train.checkpoints import parse_interval
+
+T = TypeVar("T")
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -110,6 +121,30 @@ def resume_command(args: argparse.Namespace, run_dir: Path, world: World | None 
 
 
 def run(args: argparse.Namespace) -> int:
+    # one process unless torchrun started several; the backends name their process groups
+    world = distributed.start(_device_backends(args))
+    set_rank(world.rank)
+    try:
+        spec, interval = _first_rank_decides(lambda: _read_input(args, world), world)
+        with _quiet_stdout(not world.is_first):  # rank 0 alone shows progress
+            return _run(args, spec, interval, world)
+    finally:
+        distributed.finish()
+
+
+def _device_backends(args: argparse.Namespace) -> list:
+    """The device backends of the ``--plugins`` asked for, to start the process group with;
+    none when the plugins cannot load (the error is reported once the ranks can agree on it,
+    by :func:`_read_input`)."""
+    try:
+        return load_plugins(args.plugins).device_backends()
+    except TrmError:
+        return []
+
+
+def _read_input(args: argparse.Namespace, world: World) -> tuple[RunSpec, tuple[int, float] | None]:
+    """The spec (loaded, ``--set`` applied, checked) and the checkpoint interval; TrmError
+    for bad input."""
     if args.resume not in ("auto", "never") and not Path(args.resume).exists():
         raise TrmError(f"--resume {args.resume}: no such checkpoint file or run directory")
     if args.init_from is not None and not args.init_from.exists():
@@ -118,17 +153,28 @@ def run(args: argparse.Namespace) -> int:
         raise TrmError("--replace starts afresh: use it with --resume never")
     interval = parse_interval(args.checkpoint_every) if args.checkpoint_every else None
     spec = apply_overrides(load_spec(resolve_spec_path(args.spec)), args.set)
-    pm = load_plugins(args.plugins)
-    check_device(pm, spec.runtime.device)  # before anything is written or joined
-    # one process unless torchrun started several; the backends name their process groups
-    world = distributed.start(pm.device_backends())
-    set_rank(world.rank)
+    # an unclaimed runtime.device is refused before anything is written
+    check_device(load_plugins(args.plugins, spec_tables=spec.plugins), spec.runtime.device)
+    world.rows(spec.train.global_batch_size)  # TrmError unless it divides among the ranks
+    return spec, interval
+
+
+def _first_rank_decides(check: Callable[[], T], world: World) -> T:
+    """``check()`` on every rank; when it refuses rank 0's input, every rank stops: rank 0
+    prints the error, the others exit quietly (:class:`RankZeroStopped`). A rank whose own
+    check fails where rank 0's passed prints its error, tagged with its rank."""
     try:
-        world.rows(spec.train.global_batch_size)  # TrmError unless it divides among the ranks
-        with _quiet_stdout(not world.is_first):  # rank 0 alone shows progress
-            return _run(args, spec, interval, world, pm)
-    finally:
-        distributed.finish()
+        value, refused = check(), None
+    except TrmError as exc:
+        value, refused = None, exc
+    first = distributed.broadcast_from_first(
+        None if refused is None else str(refused), patient=True
+    )
+    if first is not None and not world.is_first:
+        raise RankZeroStopped(first)
+    if refused is not None:
+        raise refused
+    return value  # type: ignore[return-value]
 
 
 def _run(
@@ -136,12 +182,12 @@ def _run(
     spec: RunSpec,
     interval: tuple[int, float] | None,
     world: World,
-    pm: TrmPluginManager,
 ) -> int:
     """``trm run`` on one process, or on one rank of a torchrun job (see docs/distributed.md):
     rank 0 checks and locks the run directory, plans and builds the data while the others
     wait; then every rank plans for itself with rank 0's model and training settings."""
-    info(f"plugins on: {', '.join(pm.enabled_names())}")
+    pm = load_plugins(args.plugins, spec_tables=spec.plugins)
+    info(f"plugins on: {pm.describe_enabled()}")
     if not pm.hook.save_checkpoint.get_hookimpls():
         info(
             "warning: no plugin saves checkpoints (is checkpoint switched off?): a crash or "
@@ -159,6 +205,8 @@ def _run(
         error: str | None = None
         plan = data_dir = None
         if world.is_first:
+            created = _missing_folders(run_dir)
+            had_lock_file = (run_dir / LOCK_FILE).exists()
             try:
                 preflight(run_dir)
                 lock = lock_run_dir(run_dir)
@@ -166,15 +214,21 @@ def _run(
                 plan, data_dir = _plan(args, pm, spec, run_dir, build=True)
             except TrmError as exc:
                 error = str(exc)
+                if lock is not None:
+                    lock.close()
+                    lock = None
+                _undo_preflight(run_dir, created, had_lock_file)
         error = distributed.broadcast_from_first(error, patient=True)
         if error is not None:
-            raise TrmError(error if world.is_first else f"rank 0 stopped: {error}")
+            raise TrmError(error) if world.is_first else RankZeroStopped(error)
         if not world.is_first:
             _check_shared_data(spec, run_dir, world)
             plan, data_dir = _plan(args, pm, spec, run_dir, build=False)
             plan = _adopt_first_spec(plan, world)
+            args.max_steps = _adopt_first_max_steps(args.max_steps, world)
         else:
             distributed.broadcast_from_first((plan.spec.arch, plan.spec.train, plan.spec.data))
+            distributed.broadcast_from_first(args.max_steps)
         assert plan is not None and data_dir is not None
         runtime = plan.runtime
         info(
@@ -240,6 +294,32 @@ def _plan(
     return plan, data_dir
 
 
+def _missing_folders(run_dir: Path) -> list[Path]:
+    """The folders of ``run_dir``'s path that do not exist yet, deepest first (what
+    :func:`preflight` is about to create)."""
+    missing = []
+    for folder in (run_dir, *run_dir.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    return missing
+
+
+def _undo_preflight(run_dir: Path, created: list[Path], had_lock_file: bool) -> None:
+    """After a refused run, so that bad input leaves no trace: remove the lock file unless
+    it was there before, then the folders this command created (``created``, deepest first)
+    while they are empty."""
+    if not had_lock_file:
+        with contextlib.suppress(OSError):
+            (run_dir / LOCK_FILE).unlink(missing_ok=True)
+    for folder in created:
+        try:
+            (folder / LOCK_FILE).unlink(missing_ok=True)
+            folder.rmdir()
+        except OSError:  # it holds something else (built data): keep it and what is above
+            return
+
+
 def _continue_after_restart(args: argparse.Namespace, run_dir: Path) -> None:
     """After torchrun restarted the job (``--max-restarts``), continue from the run's newest
     checkpoint: ``--resume never``/``--replace``/a path meant the first attempt."""
@@ -275,6 +355,18 @@ def _adopt_first_spec(plan: Plan, world: World) -> Plan:
         return plan
     info(f"warning: rank {world.rank} planned another model or schedule; training rank 0's")
     return attrs.evolve(plan, spec=attrs.evolve(spec, arch=arch, train=train, data=data))
+
+
+def _adopt_first_max_steps(max_steps: int | None, world: World) -> int | None:
+    """Stop where rank 0 stops: ``--max-steps`` given differently to the ranks would leave
+    some waiting for the others' next step until the collective timeout."""
+    first = distributed.broadcast_from_first(None)
+    if first != max_steps:
+        info(
+            f"warning: rank {world.rank} was given --max-steps {max_steps or 'none'}; every "
+            f"rank stops where rank 0 does (--max-steps {first or 'none'})"
+        )
+    return first
 
 
 @contextmanager

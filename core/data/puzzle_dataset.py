@@ -433,7 +433,7 @@ def read_identifiers(root: Path) -> list[str]:
         names = json.loads(file.read_text())
     except FileNotFoundError:
         raise TrmError(f"{file} is missing; rebuild the dataset") from None
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         raise TrmError(f"{file} could not be read ({error}); rebuild the dataset") from None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise TrmError(f"{file} must hold a JSON list of strings; rebuild the dataset")

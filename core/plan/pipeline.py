@@ -175,9 +175,7 @@ def check_spec(pm: TrmPluginManager, spec: RunSpec, log: Log | None = None) -> N
                 f"plugins.{name}: no installed plugin is called {name!r}; known: {known}"
             )
         if not installed[name] and log is not None:
-            log(
-                f"[plugins.{name}] is not used: the plugin is off (--plugins {name} switches it on)"
-            )
+            log(f"[plugins.{name}] is not used: the plugin is off (--plugins no:{name})")
     pm.hook.check_spec(spec=spec)
 
 

@@ -15,6 +15,9 @@ from trm.report.plots import plot_specs, render
 from trm.report.runs import load_runs, spec_differences
 from trm.report.summary import run_summary
 
+# The summary document every report folder holds: its presence marks a folder as a report.
+REPORT_FILE = "report.json"
+
 
 @frozen
 class Report:
@@ -26,6 +29,30 @@ class Report:
     document: dict[str, Any]
 
 
+def check_report_folder(out_dir: Path) -> bool:
+    """TrmError unless ``out_dir`` is new, empty, or a report this command wrote before
+    (it holds report.json), which is then replaced; returns whether one is replaced.
+
+    A folder of the user's (its index.html, say) is never overwritten."""
+    if not out_dir.exists():
+        return False
+    if not out_dir.is_dir():
+        raise TrmError(f"--out {out_dir} is a file; give a folder for the report")
+    try:
+        held = sorted(entry.name for entry in out_dir.iterdir())
+    except OSError as exc:
+        raise TrmError(f"--out {out_dir} cannot be read ({exc.strerror or exc})") from None
+    if not held:
+        return False
+    if REPORT_FILE in held:
+        return True
+    shown = ", ".join(held[:3]) + (", …" if len(held) > 3 else "")
+    raise TrmError(
+        f"--out {out_dir} holds files trm report did not write ({shown}); give a new or "
+        "empty folder, or a previous report's"
+    )
+
+
 def make_report(run_dirs: list[Path], out_dir: Path) -> Report:
     """Report on ``run_dirs`` (overlaid when several) into ``out_dir`` (created).
 
@@ -35,6 +62,7 @@ def make_report(run_dirs: list[Path], out_dir: Path) -> Report:
     ``out_dir`` that cannot be written.
     """
     runs = load_runs(run_dirs)
+    check_report_folder(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -50,7 +78,7 @@ def make_report(run_dirs: list[Path], out_dir: Path) -> Report:
             "out_dir": str(out_dir),
         }
         (out_dir / "plots.json").write_text(json.dumps(manifest, indent=2) + "\n")
-        (out_dir / "report.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
+        (out_dir / REPORT_FILE).write_text(json.dumps(document, indent=2, default=str) + "\n")
         page = render_index(summaries, differences, manifest)
         (out_dir / "index.html").write_text(page, encoding="utf-8")
     except OSError as exc:

@@ -26,6 +26,8 @@ PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
 )  # fmt: skip
+# The memory estimate's promise: within 10% of the measured peak (benchmarks/memory_accuracy.py).
+ESTIMATE_BAND = 0.10
 MAX_POINTS = 4000  # a longer series is drawn as the means of equal bins
 DPI = 100
 # Eval-row keys that are not task metrics (those get their own plot).
@@ -45,6 +47,7 @@ class Trace:
     xs: list[float]
     ys: list[float]
     style: str = "train"
+    band: float = 0.0  # a "limit" shaded ±band (a fraction) around it: the promise it keeps
 
 
 @frozen
@@ -175,7 +178,9 @@ def _task_metric_names(runs: list[Run]) -> list[str]:
 
 
 def _limit_traces(runs: list[Run], location: str, key: str) -> list[Trace]:
-    """A dotted level per run at its estimated peak for ``location`` (estimate.json)."""
+    """A dotted level per run at its estimated peak for ``location`` (estimate.json), in the
+    band of ±ESTIMATE_BAND the estimate promises (so the axis never zooms a small gap into a
+    chasm)."""
     several = len(runs) > 1
     out = []
     for run in runs:
@@ -185,7 +190,8 @@ def _limit_traces(runs: list[Run], location: str, key: str) -> list[Trace]:
             steps = [run.train[0]["step"], run.train[-1]["step"]]
             level = total / 2**20
             label = _name(run, f"{location} estimate", several)
-            out.append(Trace(label, run.label, [float(s) for s in steps], [level, level], "limit"))
+            xs = [float(s) for s in steps]
+            out.append(Trace(label, run.label, xs, [level, level], "limit", ESTIMATE_BAND))
     return out
 
 
@@ -357,6 +363,12 @@ def _draw(ax: Any, trace: Trace, color: str) -> None:
         ax.plot(xs, ys, "--o", color=color, label=trace.label, linewidth=1.8, markersize=4)
     elif trace.style == "limit":
         ax.plot(xs, ys, ":", color=color, label=trace.label, linewidth=2.0)
+        if trace.band > 0:
+            low = [y * (1 - trace.band) for y in ys]
+            high = [y * (1 + trace.band) for y in ys]
+            ax.fill_between(
+                xs, low, high, color=color, alpha=0.15, label=f"{trace.label} ±{trace.band:.0%}"
+            )
     elif trace.style == "events":
         ax.plot(xs, ys, "o", color=color, label=trace.label, markersize=6, linestyle="none")
     else:
@@ -366,7 +378,8 @@ def _draw(ax: Any, trace: Trace, color: str) -> None:
 def render(plot: PlotSpec, out_dir: Path) -> dict[str, Any]:
     """Draw ``plot`` to ``out_dir / plot.file``; returns its manifest entry: the file, the
     title and, per panel, every line drawn (label, run, colour, number of points), read
-    back from the figure, and the panel's box in the PNG (``box_px``: x0, y0, x1, y1 in
+    back from the figure, the y axis's range, the shaded bands (label, low, high) and the
+    panel's box in the PNG (``box_px``: x0, y0, x1, y1 in
     pixels from the top left)."""
     figure = Figure(figsize=(9.0, 0.6 + 3.0 * len(plot.panels)), dpi=DPI)
     FigureCanvasAgg(figure)
@@ -397,6 +410,16 @@ def render(plot: PlotSpec, out_dir: Path) -> dict[str, Any]:
                         "points": len(line.get_xdata()),
                     }
                     for line in ax.get_lines()
+                ],
+                "y_range": [float(v) for v in ax.get_ylim()],
+                "bands": [
+                    {
+                        "label": trace.label,
+                        "low": trace.ys[0] * (1 - trace.band),
+                        "high": trace.ys[0] * (1 + trace.band),
+                    }
+                    for trace in panel.traces
+                    if trace.band > 0 and trace.ys
                 ],
             }
         )

@@ -28,11 +28,17 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return []
+    except OSError as exc:
+        what = "is a folder" if path.is_dir() else f"cannot be read ({exc.strerror or exc})"
+        raise TrmError(
+            f"{path} {what}; it must be the metrics file trm run writes (give its run "
+            "directory, or move the file back)"
+        ) from None
     rows = []
     for line in text.splitlines():
         try:
             row = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(row, dict) and isinstance(row.get("step"), int):
             rows.append(row)
@@ -42,7 +48,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -114,11 +120,6 @@ def load_run(path: Path, label: str | None = None) -> Run:
     if not path.is_dir():
         raise TrmError(f"{path} is not a directory; give a run directory (trm run ... --out DIR)")
     rows = read_metrics(path / METRICS_FILE)
-    if not rows:
-        raise TrmError(
-            f"{path} holds no training rows in {METRICS_FILE}; give a directory that "
-            "trm run has trained into (its --out)"
-        )
     by_step: dict[int, dict[str, Any]] = {}
     evals, events = [], []
     for row in rows:
@@ -129,6 +130,11 @@ def load_run(path: Path, label: str | None = None) -> Run:
             evals.append(row)
         elif kind == "event":
             events.append(row)
+    if not by_step:  # no file, an empty one, or only events (a run stopped before step 1)
+        raise TrmError(
+            f"{path} holds no training rows in {METRICS_FILE}; give a directory that "
+            "trm run has trained into (its --out)"
+        )
     train = _with_wall_time([by_step[step] for step in sorted(by_step)])
     return Run(
         path=path,

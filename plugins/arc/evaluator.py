@@ -128,7 +128,16 @@ class ArcTestSet:
         """Read ``data_dir/identifiers.json`` and ``data_dir/test_puzzles.json``; TrmError when
         either is missing or malformed."""
         names = read_identifiers(data_dir)
-        return cls(names, read_test_puzzles(data_dir / TEST_PUZZLES_FILE))
+        tasks = read_test_puzzles(data_dir / TEST_PUZZLES_FILE)
+        named = {name.split(grids.SEPARATOR, 1)[0] for name in names}
+        unnamed = [task.task_id for task in tasks if task.task_id not in named]
+        if unnamed:
+            raise TrmError(
+                f"{data_dir / 'identifiers.json'} names no version of {len(unnamed)} of the "
+                f"{len(tasks)} tasks of {TEST_PUZZLES_FILE} (first: {unnamed[0]}); it does "
+                "not belong to this dataset: rebuild the dataset"
+            )
+        return cls(names, tasks)
 
     def version(self, identifier: int) -> tuple[str, int, np.ndarray] | None:
         """``(task_id, k, colour_map)`` of a puzzle identifier; None for one out of range or
@@ -158,8 +167,9 @@ def read_test_puzzles(path: Path) -> list[ArcTask]:
             f"{path} is missing; ARC scoring needs the test tasks `trm data build arc` writes "
             "there (rebuild the dataset)"
         ) from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise TrmError(f"{path} cannot be read as JSON ({exc}); rebuild the dataset") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        reason = "it nests too deeply" if isinstance(exc, RecursionError) else exc
+        raise TrmError(f"{path} cannot be read as JSON ({reason}); rebuild the dataset") from None
     if not isinstance(document, dict):
         raise TrmError(f"{path} must map task ids to tasks; rebuild the dataset")
     return [

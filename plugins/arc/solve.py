@@ -48,6 +48,8 @@ def _task_from_file(path: Path) -> ArcTask:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise TrmError(f"task file {path} cannot be read as JSON ({exc})") from None
+    except RecursionError:
+        raise TrmError(f"task file {path} is not an ARC task: its JSON nests too deeply") from None
     if isinstance(document, dict) and "train" in document and "test" in document:
         return parse_task(path.stem, document, f"task file {path}")
     if isinstance(document, dict) and len(document) == 1:
@@ -154,6 +156,7 @@ def solve_task(
     evaluator.add(inputs, identifiers, predictions, confidences)
     tests = [_test_report(evaluator, task, n) for n in range(len(task.test))]
     target = Path(picture) if picture is not None else Path(f"{task.task_id}.png")
+    replaced = target.exists()
     _write_picture(target, task, tests)
     document = {
         "task": task.task_id,
@@ -161,6 +164,7 @@ def solve_task(
         "rows": len(inputs),
         "tests": [t["document"] for t in tests],
         "picture": str(target),
+        "picture_replaced": replaced,
     }
     return TaskSolution(document, _view(task, tests, in_dataset, len(inputs)), target)
 

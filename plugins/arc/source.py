@@ -461,6 +461,8 @@ def parse_grid_text(text: str) -> np.ndarray:
             value = json.loads(stripped)
         except ValueError as exc:
             raise TrmError(f"the puzzle is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise TrmError("the puzzle is not a grid: its JSON nests too deeply") from None
         if isinstance(value, dict):
             return parse_task("puzzle", value, "the puzzle").test[0][0]
         return parse_grid(value, "the puzzle")

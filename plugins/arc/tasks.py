@@ -105,12 +105,10 @@ def parse_grid(value: Any, where: str) -> np.ndarray:
         raise TrmError(f"{where}: the rows of a grid have different lengths")
     if len(value) > MAX_SIDE or width > MAX_SIDE:
         raise TrmError(f"{where}: a {len(value)}x{width} grid is larger than 30x30")
-    try:
-        array = np.array(value)
-    except (ValueError, TypeError):
-        array = np.zeros(0, dtype=object)
-    if array.dtype.kind not in "iu" or array.ndim != 2 or array.min() < 0 or array.max() > 9:
+    # JSON's true/false would read as 1/0 (Python's bool is an int): only true integers count
+    if not all(type(cell) is int and 0 <= cell <= 9 for row in value for cell in row):
         raise TrmError(f"{where}: grid cells must be integers 0-9")
+    array = np.array(value)
     return array.astype(np.uint8)
 
 
@@ -152,6 +150,8 @@ def _read_json(path: Path) -> Any:
         raise TrmError(f"{path} cannot be read ({exc.strerror or exc})") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise TrmError(f"{path} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise TrmError(f"{path} is not an ARC task: its JSON nests too deeply") from None
 
 
 def _with_solutions(task: ArcTask, solutions: Any, where: str) -> ArcTask:

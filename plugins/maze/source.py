@@ -62,6 +62,10 @@ PRESETS = {
     "hard": MazeParams(size=30, min_walls=270, max_walls=450, min_path=111),
     "easy": MazeParams(size=10, min_walls=20, max_walls=30, min_path=8),
 }
+# The largest maze side: seq_len 10,000, about 11 times the reference's 30x30. The model's
+# attention and its MLP over tokens grow with seq_len squared, so larger mazes fit no machine
+# trm plans for (and building them runs out of memory before it ends).
+MAX_SIZE = 100
 # The value of a shape field that means "the preset's".
 FROM_PRESET = -1
 AUGMENT_CHOICES = (0, 8)
@@ -90,7 +94,7 @@ class MazeBuildOptions:
     )
     size: int = field(
         default=FROM_PRESET,
-        metadata={"help": "maze side; seq_len is size*size (-1 = the preset's)"},
+        metadata={"help": "maze side, 2 to 100; seq_len is size*size (-1 = the preset's)"},
     )
     min_walls: int = field(
         default=FROM_PRESET, metadata={"help": "fewest random walls (-1 = the preset's)"}
@@ -171,8 +175,10 @@ def validate_options(o: MazeBuildOptions) -> MazeParams:
                 f"{getattr(o, name)}"
             )
     p = resolve_params(o)
-    if p.size < 2:
-        raise TrmError(f"data.generate.size must be at least 2, got {p.size}")
+    if not 2 <= p.size <= MAX_SIZE:
+        raise TrmError(
+            f"data.generate.size must be between 2 and {MAX_SIZE} (seq_len size*size), got {p.size}"
+        )
     if not o.csv:
         cells = p.size * p.size
         if not 0 <= p.min_walls <= p.max_walls <= cells - 2:
