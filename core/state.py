@@ -136,9 +136,7 @@ class TrainState:
             "device": str(self.device),
             **extra,
         }
-        if self.backend.has_device_memory:
-            return tensors_to_host(payload, self.backend)
-        return payload
+        return tensors_to_host(payload, self.backend)  # host tensors, whatever the device
 
     def load_state_dict(
         self, payload: dict[str, Any], where: str = "checkpoint", rng_said: bool = False

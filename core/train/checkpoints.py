@@ -189,7 +189,8 @@ class Checkpointer:
         pending_step = self.pending.step if self.pending is not None else None
         if reason == "stop" and state.step in (state.checkpoint_step, pending_step):
             return
-        if not all(bool(torch.isfinite(t).all()) for t in state.model.parameters()):
+        finite = torch.stack([torch.isfinite(t).all() for t in state.model.parameters()])
+        if not bool(finite.all()):  # one host read for the whole model
             raise TrainingFailed(
                 f"step {state.step}: the weights are no longer finite; the run stops and "
                 f"{last_good(state)} — lower train.lr"

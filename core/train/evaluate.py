@@ -84,9 +84,13 @@ def score(predictions: torch.Tensor, labels: torch.Tensor) -> tuple[int, int, fl
     counts = mask.sum(-1)
     correct = ((predictions == labels) & mask).sum(-1)
     scored = counts > 0
-    exact = int(((correct == counts) & scored).sum())
-    cells = float((correct[scored].float() / counts[scored].float()).sum())
-    return int(scored.sum()), exact, cells
+    fractions = torch.where(scored, correct.float() / counts.clamp(min=1).float(), 0.0)
+    # fixed shapes (no boolean-mask indexing) and one host read of the three sums
+    sums = torch.stack(
+        [scored.sum().float(), ((correct == counts) & scored).sum().float(), fractions.sum()]
+    )
+    n_scored, exact, cells = sums.tolist()
+    return int(n_scored), int(exact), float(cells)
 
 
 def _asks_to_halt(model: torch.nn.Module, outputs: dict[str, torch.Tensor]) -> torch.Tensor:

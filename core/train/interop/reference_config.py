@@ -356,4 +356,3 @@ def needs_zero_table(spec: RunSpec) -> bool:
 def write_config(config: dict[str, Any], path: Path) -> None:
     """``config`` as YAML, keys sorted, in the block style the reference's dump writes."""
     path.write_text(yaml.safe_dump(config, sort_keys=True), encoding="utf-8")
-
