@@ -19,6 +19,7 @@ from attrs import define, field
 
 import trm
 from trm.data.shape import DatasetShape
+from trm.device.contract import HOST, DeviceBackend
 from trm.device.rng import capture_rng, restore_rng
 from trm.errors import TrmError
 from trm.spec import RunSpec, spec_to_dict
@@ -39,7 +40,8 @@ class TrainState:
     micro-batch, in rank order (see ``state_dict``).
     ``wall_s_before`` is the training wall time of the run up to its last checkpoint or end
     (the loop's stopwatch keeps it); ``checkpoint_step`` the step of the newest checkpoint
-    written or resumed from (None: none yet; not saved).
+    written or resumed from (None: none yet; not saved). ``backend`` carries out the device
+    contract for the device the model is on (RNG states, copies to the host for saving).
     """
 
     spec: RunSpec
@@ -58,6 +60,7 @@ class TrainState:
     best_value: float = 0.0
     last_eval: dict[str, float] = field(factory=dict)
     wall_s_before: float = 0.0
+    backend: DeviceBackend = HOST
     checkpoint_step: int | None = None
     data_dir: str = ""
     dataset_shape: DatasetShape | None = None
@@ -96,7 +99,7 @@ class TrainState:
                     for part in self.rank_parts
                 ],
             }
-        return {
+        payload = {
             "trm_version": trm.__version__,
             "spec": spec_to_dict(self.spec),
             "model": self.model.state_dict(),
@@ -121,9 +124,12 @@ class TrainState:
             "wall_s": self.wall_s_before,
             "data_dir": self.data_dir,
             "dataset_shape": self.dataset_shape.to_dict() if self.dataset_shape else None,
-            "rng": capture_rng(self.device),
+            "rng": capture_rng(self.backend, self.device),
             **extra,
         }
+        if self.backend.has_device_memory:
+            return tensors_to_host(payload, self.backend)
+        return payload
 
     def load_state_dict(self, payload: dict[str, Any], where: str = "checkpoint") -> list[str]:
         """Restore this state from a ``state_dict`` payload; returns warnings to show.
@@ -153,19 +159,33 @@ class TrainState:
         self.best_value = float(payload.get("best_value", self.best_exact_accuracy))
         self.last_eval = dict(payload.get("last_eval") or {})
         self.wall_s_before = float(payload.get("wall_s", 0.0))
-        restore_rng(payload["rng"])
+        rng_note = restore_rng(payload["rng"], self.backend, self.device)
         notes = [
             f"{where}: {key} was {old!r}, now {new!r}; the continuation differs from the "
             "original run"
             for section in ("train", "plugins")
             for key, old, new in spec_differences(payload["spec"], spec_to_dict(self.spec), section)
         ]
+        if rng_note:
+            notes.append(f"{where}: {rng_note}")
         if payload.get("trm_version") != trm.__version__:
             notes.append(
                 f"{where} was written by trm {payload.get('trm_version')}, "
                 f"this is trm {trm.__version__}"
             )
         return notes
+
+
+def tensors_to_host(value: Any, backend: DeviceBackend) -> Any:
+    """``value`` (nested dicts, lists, tuples) with every tensor copied to the host by
+    ``backend.to_host``: a checkpoint holds host tensors whatever the device."""
+    if isinstance(value, torch.Tensor):
+        return backend.to_host(value)
+    if isinstance(value, dict):
+        return {k: tensors_to_host(v, backend) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(tensors_to_host(v, backend) for v in value)
+    return value
 
 
 def recursion_in_force(model: torch.nn.Module) -> dict[str, Any] | None:

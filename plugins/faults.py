@@ -10,7 +10,8 @@ kind                effect at step STEP
 oom@S[:M]           ``torch.OutOfMemoryError`` (as CUDA raises it) entering the forward of
                     micro-batch M (default 0); only the first attempt of the step fails
 oom-host@S[:M]      the CPU allocator's ``RuntimeError`` ("can't allocate memory")
-oom-mps@S[:M]       the MPS backend's ``RuntimeError`` ("MPS backend out of memory")
+oom-mps@S[:M]       the MPS backend's ``RuntimeError`` ("MPS backend out of memory"); only the mps
+                    backend recognises it (on any other device it fails the run)
 oom-update@S        out of memory inside the dense optimizer's update (not retryable)
 nan@S               every logit of the step becomes NaN (a non-finite loss)
 save-fail@S         the checkpoint write after step S fails with "No space left on device"

@@ -383,7 +383,7 @@ def estimate_items(
     rows = max(1, global_batch // max(1, world))
     micro = min(spec.runtime.micro_batch_size or rows, rows)
     checkpointing = bool(getattr(spec.runtime, "gradient_checkpointing", False))
-    on_device = runtime.device.split(":")[0] in ("cuda", "mps")
+    on_device = runtime.backend.has_device_memory  # tensors apart from host memory
     where = "device" if on_device else "host"
     pd = s.positions * s.hidden
 
@@ -481,7 +481,7 @@ def estimate_items(
         "resident size of this process now: the interpreter, torch and the loaded plugins",
         location="host",
     )
-    if on_device and runtime.device.startswith("cuda"):
+    if on_device and runtime.backend.name == "cuda":
         add(
             "CUDA context",
             CUDA_CONTEXT_BYTES,

@@ -241,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
     if args.benchmark:
         if not args.json:
             info("measuring matmul, memory bandwidth and disk speed (a few seconds) …")
-        speeds, disk, cache = run_benchmark(hardware, RUNS_ROOT)
+        speeds, disk, cache = run_benchmark(hardware, RUNS_ROOT, pm.device_backends())
         hardware = attrs.evolve(hardware, device_speeds=speeds, disk_write_mb_per_s=disk)
         if not args.json:
             info(f"cached in {cache}")

@@ -107,23 +107,28 @@ def run(args: argparse.Namespace) -> int:
         raise TrmError("--replace starts afresh: use it with --resume never")
     interval = parse_interval(args.checkpoint_every) if args.checkpoint_every else None
     spec = apply_overrides(load_spec(resolve_spec_path(args.spec)), args.set)
-    world = distributed.start()  # one process unless torchrun started several
+    pm = load_plugins(args.plugins)
+    # one process unless torchrun started several; the backends name their process groups
+    world = distributed.start(pm.device_backends())
     set_rank(world.rank)
     try:
         world.rows(spec.train.global_batch_size)  # TrmError unless it divides among the ranks
         with _quiet_stdout(not world.is_first):  # rank 0 alone shows progress
-            return _run(args, spec, interval, world)
+            return _run(args, spec, interval, world, pm)
     finally:
         distributed.finish()
 
 
 def _run(
-    args: argparse.Namespace, spec: RunSpec, interval: tuple[int, float] | None, world: World
+    args: argparse.Namespace,
+    spec: RunSpec,
+    interval: tuple[int, float] | None,
+    world: World,
+    pm: TrmPluginManager,
 ) -> int:
     """``trm run`` on one process, or on one rank of a torchrun job (see docs/distributed.md):
     rank 0 checks and locks the run directory, plans and builds the data while the others
     wait; then every rank plans for itself with rank 0's model and training settings."""
-    pm = load_plugins(args.plugins)
     info(f"plugins on: {', '.join(pm.enabled_names())}")
     if not pm.hook.save_checkpoint.get_hookimpls():
         info(

@@ -25,14 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import torch
 
 from trm.control import TrainControl
 from trm.data.reader import ReaderChoice, choose_reader
 from trm.data.shape import read_shape
 from trm.device import distributed
 from trm.device.host_memory import reuse_freed_memory
-from trm.device.memory import begin_step, step_peak_mb
 from trm.hardware import HardwareProfile
 from trm.plugin_manager import TrmPluginManager
 from trm.report.detect import detect
@@ -95,8 +93,7 @@ class Trainer:
         self.data_wait_s = 0.0
         self.parallel = DataParallel(distributed.current(), spec.train.global_batch_size)
         self.setup = StepSetup(
-            device=torch.device(runtime.device),
-            dtype=runtime.autocast_dtype,
+            placement=runtime.placement(),
             loss=spec.arch.loss,
             global_batch=spec.train.global_batch_size,
             parallel=self.parallel if self.parallel.active else None,
@@ -123,7 +120,7 @@ class Trainer:
         if self.runtime.reuse_host_memory:
             reuse_freed_memory()
         state, data = self.setup_run()
-        first_carry(state, data, self.setup.device, self.parallel.rows)
+        first_carry(state, data, self.setup.placement, self.parallel.rows)
         if self.on_accepted is not None:
             self.on_accepted(state)
         self.stop_step = min(state.total_steps, self.max_steps or state.total_steps)
@@ -207,7 +204,8 @@ class Trainer:
         batch = data.reader.batch(state.step)
         waited_s = time.perf_counter() - started_s
         self.data_wait_s += waited_s
-        begin_step(self.setup.device)
+        backend, device = self.runtime.backend, self.setup.device
+        backend.begin_step(device)
         sums = take_step(state, batch, self.setup, self.pm, control, self.journal)
         state.step += 1
         state.samples += int(sums["rows"])
@@ -216,7 +214,7 @@ class Trainer:
             sums,
             time.perf_counter() - started_s,
             self.process.memory_info().rss,
-            step_peak_mb(self.setup.device),
+            backend.step_peak_mb(device),
         )
         record["data_wait_s"] = round(waited_s, 4)
         record["wall_s"] = round(self.clock.total_s(), 3)
@@ -247,8 +245,7 @@ class Trainer:
             asked += evaluate_in_run(
                 state,
                 data.evaluation,
-                self.setup.device,
-                self.setup.dtype,
+                self.setup.placement,
                 self.pm,
                 control,
                 self.journal,
@@ -349,6 +346,7 @@ class Trainer:
             "checkpoint_step": state.checkpoint_step,
             "micro_batch_size": state.micro_batch_size,
             "device": self.runtime.device,
+            "backend": self.runtime.backend_name,
             "precision": self.runtime.precision,
             "data_wait_s": round(self.data_wait_s, 3),
             "data_wait_share": round(self.data_wait_s / process_s, 4),

@@ -13,8 +13,8 @@ from trm.data.puzzle_dataset import PuzzleSplit, open_split
 from trm.data.reader import DataReader, MemoryReader, ReaderChoice
 from trm.data.sampler import SplitIndex, TrainSampler
 from trm.data.shape import DatasetShape
-from trm.device.compile import compile_for_runtime
-from trm.device.transfer import to_device
+from trm.device.compile import compile_network
+from trm.device.contract import Placement
 from trm.errors import TrmError
 from trm.model import EMA, build_model, build_optimizers
 from trm.plan.dataset import find_data_source
@@ -105,7 +105,8 @@ def new_state(
     if local_batch is not None:
         micro_batch_size = min(micro_batch_size, local_batch)
     model = build_model(spec.arch, data.shape).to(torch.device(runtime.device))
-    compile_for_runtime(model, runtime)
+    if runtime.compile:
+        compile_network(model, runtime.backend)
     return TrainState(
         spec=spec,
         model=model,
@@ -117,6 +118,7 @@ def new_state(
         micro_batch_size=micro_batch_size,
         data_dir=str(data_dir),
         dataset_shape=data.shape,
+        backend=runtime.backend,
     )
 
 
@@ -172,11 +174,11 @@ def _load_agreed(
 
 
 def first_carry(
-    state: TrainState, data: RunData, device: torch.device, rows: slice = slice(None)
+    state: TrainState, data: RunData, placement: Placement, rows: slice = slice(None)
 ) -> None:
     """Give a fresh run its carry (every row halted: the first step resets each row);
     ``rows``: this rank's rows of the global batch under data parallelism."""
     if state.carry is None:
         examples = data.sampler.examples_for_step(0)[rows]
-        template = to_device(data.reader.index.gather(examples), device)
+        template = placement.to_device(data.reader.index.gather(examples))
         state.carry = state.model.initial_carry(template)
