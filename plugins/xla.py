@@ -30,6 +30,7 @@ import importlib.util
 import os
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -41,6 +42,7 @@ from trm import hookimpl
 from trm.device.contract import DeviceBackend, host_tensors
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile
+from trm.paths import cache_dir
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 
@@ -137,11 +139,26 @@ def memory_info(device: torch.device | str | None = None) -> Mapping[str, int] |
     return info if info and info.get("bytes_limit") else None
 
 
-def read_devices() -> XlaDevices:
-    """Ask the runtime (this starts the PJRT client; it does not place a tensor)."""
+def use_compilation_cache() -> Path:
+    """Keep compiled graphs on disk, so a resumed or repeated run loads them instead of
+    compiling again: ``XLA_PERSISTENT_CACHE_PATH`` when the user set it, else trm's user
+    cache (``xla-compile-cache``). Set before the runtime computes anything (it reads it once)."""
+    path = os.environ.get("XLA_PERSISTENT_CACHE_PATH")
+    if not path:
+        path = str(cache_dir() / "xla-compile-cache")
+        os.environ["XLA_PERSISTENT_CACHE_PATH"] = path
+    return Path(path)
+
+
+def read_devices(spmd_when_several: bool = True) -> XlaDevices:
+    """Ask the runtime (this starts the PJRT client). With several local devices and
+    ``spmd_when_several``, SPMD mode is turned on first thing, before anything is placed on a
+    device (reading a device's kind or memory already locks the mode)."""
     xm, xr = _xm(), _xr()
-    hardware = str(xr.device_type() or "unknown")
     count = int(xr.addressable_runtime_device_count())
+    if count > 1 and spmd_when_several:
+        xr.use_spmd()
+    hardware = str(xr.device_type() or "unknown")
     first = _xla().device()
     try:
         kind = str(xm.xla_device_kind(first))
@@ -196,6 +213,7 @@ class XlaBackend(DeviceBackend):
         TrmError on a multi-host pod slice (not supported)."""
         if self.devices is not None:
             return self.devices
+        use_compilation_cache()
         devices = read_devices()
         if devices.processes > 1:
             raise TrmError(
@@ -203,9 +221,8 @@ class XlaBackend(DeviceBackend):
                 "slice; trm drives one host's devices only (see docs/tpu.md, 'Known limits') "
                 "— run on a single-host TPU VM"
             )
-        if devices.count > 1:
-            xr, xs = _xr(), _xs()
-            xr.use_spmd()
+        if devices.count > 1:  # SPMD is on (read_devices)
+            xs = _xs()
             self.mesh = xs.Mesh(np.arange(devices.count), (devices.count,), (MESH_AXIS,))
         self.devices = devices
         return devices
