@@ -41,7 +41,7 @@ from attrs import frozen
 from trm import hookimpl
 from trm.device.contract import DeviceBackend, host_tensors
 from trm.errors import TrmError
-from trm.hardware import HardwareProfile
+from trm.hardware import AcceleratorInfo, HardwareProfile
 from trm.paths import cache_dir
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
@@ -208,23 +208,28 @@ class XlaBackend(DeviceBackend):
         return None if is_available() else UNAVAILABLE_REASON
 
     def start(self) -> XlaDevices:
-        """Read the devices and, with more than one, turn SPMD on over a 1-D mesh; idempotent.
-
-        TrmError on a multi-host pod slice (not supported)."""
+        """Read the devices and, with more than one, turn SPMD on over a 1-D mesh; idempotent
+        (the first call decides for the process)."""
         if self.devices is not None:
             return self.devices
         use_compilation_cache()
         devices = read_devices()
+        if devices.count > 1:  # SPMD is on (read_devices)
+            xs = _xs()
+            self.mesh = xs.Mesh(np.arange(devices.count), (devices.count,), (MESH_AXIS,))
+        self.devices = devices
+        return devices
+
+    def start_single_host(self) -> XlaDevices:
+        """:meth:`start`, refusing a host of a multi-host pod slice (not supported) with a
+        TrmError."""
+        devices = self.start()
         if devices.processes > 1:
             raise TrmError(
                 f"runtime.device = 'xla': this is one of {devices.processes} hosts of a TPU pod "
                 "slice; trm drives one host's devices only (see docs/tpu.md, 'Known limits') "
                 "— run on a single-host TPU VM"
             )
-        if devices.count > 1:  # SPMD is on (read_devices)
-            xs = _xs()
-            self.mesh = xs.Mesh(np.arange(devices.count), (devices.count,), (MESH_AXIS,))
-        self.devices = devices
         return devices
 
     def machine_devices(self, hardware: HardwareProfile) -> list[str]:
@@ -396,14 +401,30 @@ def check_spec(spec: RunSpec) -> None:
             "runtime.compile = 'on' but the xla backend does not use torch.compile (XLA "
             "compiles each traced step itself); set runtime.compile = 'auto' or 'off'"
         )
-    check_divides(spec, XLA.start().count)
+    check_divides(spec, XLA.start_single_host().count)
 
 
 @hookimpl
 def detect_hardware() -> HardwareProfile | None:
-    """Nothing yet: XLA devices are read when a run is configured on them (reading them
-    starts the runtime); see :class:`XlaDevices`."""
-    return None
+    """The XLA devices of this host (``accelerators``: kind ``xla``, the runtime's device
+    kind, the TPU generation, the chip count, one device's memory) — only when
+    ``PJRT_DEVICE`` is set, since reading them starts the XLA runtime (and SPMD with several
+    devices), which only a run on this backend should pay for."""
+    if not wants_auto():
+        return None
+    devices = XLA.start()
+    return HardwareProfile(
+        accelerators=(
+            AcceleratorInfo(
+                kind="xla",
+                name=devices.kind,
+                generation=devices.generation,
+                count=devices.chips if devices.chips is not None else devices.count,
+                memory_total_bytes=devices.memory_bytes,
+                bf16=devices.native_bf16,
+            ),
+        )
+    )
 
 
 @hookimpl(tryfirst=True)
@@ -413,7 +434,7 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
     for the work left on the CPU (data, the loop)."""
     if not _runs_here(spec):
         return None
-    devices = XLA.start()
+    devices = XLA.start_single_host()
     check_divides(spec, devices.count)
     precision, notes = choose_xla_precision(spec.runtime.precision, devices)
     threads = spec.runtime.threads or max(1, hardware.physical_cores or 1)
