@@ -27,7 +27,7 @@ from trm.device.compile import c_compiler, choose_compile, python_headers
 from trm.device.contract import DeviceBackend
 from trm.device.transfer import pinned_to_device
 from trm.errors import TrmError
-from trm.hardware import GpuInfo, HardwareProfile
+from trm.hardware import AcceleratorInfo, GpuInfo, HardwareProfile
 from trm.measure.flops import matmul_bound
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
@@ -267,10 +267,24 @@ def detect_hardware() -> HardwareProfile | None:
     torch.cuda.set_device(local)
     gpus = [cuda_gpu(i) for i in range(torch.cuda.device_count())]
     infos = tuple(gpu_info(g, _free_bytes(g.index) if g.index == local else None) for g in gpus)
+    accelerators = tuple(
+        AcceleratorInfo(
+            kind="cuda",
+            index=g.index,
+            name=g.name,
+            generation=f"sm_{g.capability[0]}{g.capability[1]}",
+            count=1,
+            memory_total_bytes=g.memory_bytes,
+            memory_free_bytes=info.memory_free_bytes,
+            bf16=g.native_bf16,
+        )
+        for g, info in zip(gpus, infos, strict=True)
+    )
     return HardwareProfile(
         cuda_devices=tuple(g.describe() for g in gpus),
         cuda_memory_bytes=gpus[local].memory_bytes,
         gpus=infos,
+        accelerators=accelerators,
     )
 
 

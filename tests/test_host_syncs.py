@@ -4,8 +4,9 @@ step, whatever the micro-batch count, metrics logged every step included.
 A ``TorchDispatchMode`` counts every operator that makes the host wait for a device value:
 ``_local_scalar_dense`` (``float()``, ``.item()``, ``bool()``), ``nonzero``, the ``unique``
 family, ``masked_select`` and boolean-mask indexing (data-dependent shapes) and copies to the
-CPU that change no dtype. On the CPU these are cheap, but on a GPU each drains the queue and on a lazy-tensor
-device (XLA) each cuts and runs a graph, so the same count is what matters there. The counts
+CPU that change no dtype. On the CPU these are cheap, but on a GPU each drains the queue and
+on a lazy-tensor device (XLA) each cuts and runs a graph, so the same count is what matters
+there. The counts
 come from a real ``trm run`` of the tiny spec, which has a puzzle embedding (sign-SGD), EMA
 and exploration, per loop step (``Trainer.take_step``: the batch, the step, the metrics row).
 """

@@ -26,7 +26,7 @@ from trm.paths import default_run_dir
 from trm.plan import plan_run
 from trm.plan.build import BUILD_RECORD
 from trm.plan.dataset import ensure_dataset
-from trm.plan.pipeline import Plan
+from trm.plan.pipeline import Plan, check_device
 from trm.plan.run_dir import (
     check_checkpoint_room,
     check_reuse,
@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     interval = parse_interval(args.checkpoint_every) if args.checkpoint_every else None
     spec = apply_overrides(load_spec(resolve_spec_path(args.spec)), args.set)
     pm = load_plugins(args.plugins)
+    check_device(pm, spec.runtime.device)  # before anything is written or joined
     # one process unless torchrun started several; the backends name their process groups
     world = distributed.start(pm.device_backends())
     set_rank(world.rank)

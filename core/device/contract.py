@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -224,8 +224,3 @@ HOST = DeviceBackend()
 def host_placement(dtype: torch.dtype | None = None) -> Placement:
     """A placement on the CPU with the host's behaviour."""
     return Placement(HOST, torch.device("cpu"), dtype)
-
-
-def describe_backends(backends: list[Any]) -> str:
-    """``cpu, cuda, xla`` — the names backends claim, sorted, for messages."""
-    return ", ".join(sorted({b.name for b in backends})) or "none"
