@@ -73,6 +73,15 @@ def _quiet_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def start_xla_runtime() -> None:
+    """Start the XLA runtime before anything in this process runs a backward pass: autograd
+    sizes its per-device queues at the first backward, so a CPU run before the XLA devices
+    exist leaves none for them (an INTERNAL ASSERT in autograd's engine)."""
+    from trm.plugins.xla import XLA
+
+    XLA.start()
+
+
 @pytest.fixture(scope="module")
 def quickstart_runs(tmp_path_factory):
     """The quickstart's first steps on the CPU backend and on the xla backend (fp32 both,
@@ -80,10 +89,12 @@ def quickstart_runs(tmp_path_factory):
     from tests.xla_probe import run_recorded
     from trm.cli.main import main
 
+    start_xla_runtime()
     base = tmp_path_factory.mktemp("quickstart")
     common = ["--max-steps", str(QUICKSTART_STEPS), "--checkpoint-every", "1000"]
     cpu_dir, xla_dir = base / "cpu", base / "xla"
     cpu_args = ["--set", "runtime.device=cpu", "--set", "runtime.precision=fp32"]
+    cpu_args += ["--set", "runtime.threads=1"]
     code = main(["run", "quickstart", "--out", str(cpu_dir), *common, *cpu_args])
     assert code == 0
     shutil.copytree(cpu_dir / "data", xla_dir / "data")
@@ -136,6 +147,7 @@ def test_quickstart_loss_curve_on_xla_follows_the_cpu_backend(quickstart_runs):
 def tiny(tmp_path_factory):
     """The tiny spec (puzzle embeddings, EMA, micro-batches of 4 of a global batch of 8) on
     the xla backend in fp32, 20 steps."""
+    start_xla_runtime()
     base = tmp_path_factory.mktemp("tiny-xla")
     spec = write_spec(base, build_tiny_data(base / "data"), max_steps=20, eval_interval=10)
     text = spec.read_text().replace('device = "cpu"', 'device = "xla"')
