@@ -1,9 +1,13 @@
-"""memory-guard: survive out-of-memory by halving the micro-batch; watch memory pressure.
+"""memory-guard: survive out-of-memory by recomputing activations, then by halving the
+micro-batch; watch memory pressure.
 
 On an out-of-memory error in a training step (CUDA, MPS, or a failed host allocation) the
-loop undoes the step and calls ``on_out_of_memory``; this plugin frees cached memory and asks
-for half the micro-batch. The global batch is unchanged — gradient accumulation doubles — and
-the same step is retried, so no sample is skipped or counted twice.
+loop undoes the step and calls ``on_out_of_memory``; this plugin frees cached memory and,
+the first time, where ``runtime.activation_checkpointing`` is "auto" and the model keeps its
+activations, switches activation checkpointing on for the rest of the run (same results,
+about one more forward of the grad-carrying calls; the micro-batch is kept). Otherwise it
+asks for half the micro-batch: the global batch is unchanged — gradient accumulation doubles.
+Either way the same step is retried, so no sample is skipped or counted twice.
 
 After every step it reads memory pressure: the host's used fraction (psutil) and the device's
 (:func:`trm.device.memory.used_fraction`: CUDA's peak reserved memory of the step over the
@@ -57,6 +61,18 @@ def read_pressure(device: torch.device) -> MemoryPressure:
     """The current pressure on the host and on ``device`` (reads only; resets nothing)."""
     host = psutil.virtual_memory().percent / 100.0
     return MemoryPressure(host=host, device=used_fraction(device))
+
+
+def recomputation_available(state: TrainState) -> bool:
+    """Whether switching activation checkpointing on could still save memory: the spec leaves
+    it to trm (``runtime.activation_checkpointing = "auto"``) and the model keeps its
+    activations now."""
+    model = state.model
+    return (
+        state.spec.runtime.activation_checkpointing == "auto"
+        and hasattr(model, "set_activation_checkpointing")
+        and not getattr(model, "activation_checkpointing", False)
+    )
 
 
 class MemoryGuard:
@@ -117,6 +133,13 @@ class MemoryGuard:
         self.oom_step = state.step + 1  # the step being retried does not count as low pressure
         self.failures[size] = self.failures.get(size, 0) + 1
         kind = memory_kind(error)
+        if recomputation_available(state):
+            control.set_activation_checkpointing(
+                True,
+                f"out of {kind} memory at micro-batch {size}; memory-guard switched "
+                "recomputation on for the rest of the run (micro-batch and global batch kept)",
+            )
+            return
         if not self.halve(state, control, f"out of {kind} memory at micro-batch {size}"):
             control.log("memory-guard: out of memory at micro-batch 1; nothing left to shrink")
 
