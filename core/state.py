@@ -76,11 +76,12 @@ class TrainState:
         (step, samples, total_steps, data order), the micro-batch size, the recursion in
         force (``H_cycles``, ``L_cycles``, ``halt_exploration_prob``: the spec's unless a
         plugin's schedule changed them), whether activations are recomputed in backward
-        (``activation_checkpointing``: memory-guard may have switched it on), the best evaluation, the resolved spec, the dataset
-        shape and the trm version; ``world_size``, the number of processes that trained it.
-        Under data parallelism (``rank_parts`` set) the carry is every rank's rows concatenated
-        in rank order — the global carry, as one process holds it — and ``ranks`` lists each
-        rank's RNG states and micro-batch size.
+        (``activation_checkpointing``: memory-guard may have switched it on), the best
+        evaluation, the resolved spec, the dataset shape and the trm version;
+        ``world_size``, the number of processes that trained it. Under data parallelism
+        (``rank_parts`` set) the carry is every rank's rows concatenated in rank order — the
+        global carry, as one process holds it — and ``ranks`` lists each rank's RNG states
+        and micro-batch size.
         """
         train = self.spec.train
         carry = self.carry.state_dict() if self.carry is not None else None
@@ -114,7 +115,7 @@ class TrainState:
             },
             "micro_batch_size": self.micro_batch_size,
             "recursion": recursion_in_force(self.model),
-            "activation_checkpointing": bool(getattr(self.model, "activation_checkpointing", False)),
+            "activation_checkpointing": recomputes_activations(self.model),
             "best_exact_accuracy": self.best_exact_accuracy,
             "best_step": self.best_step,
             "best_metric": self.best_metric,
@@ -188,6 +189,12 @@ def restore_recursion(model: torch.nn.Module, payload: dict[str, Any]) -> None:
             L_cycles=int(saved["L_cycles"]),
             halt_exploration_prob=float(saved["halt_exploration_prob"]),
         )
+
+
+def recomputes_activations(model: torch.nn.Module) -> bool:
+    """Whether ``model`` recomputes its activations in backward (False for a model without
+    activation checkpointing)."""
+    return bool(getattr(model, "activation_checkpointing", False))
 
 
 def restore_activation_checkpointing(

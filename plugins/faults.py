@@ -12,6 +12,10 @@ oom@S[:M]           ``torch.OutOfMemoryError`` (as CUDA raises it) entering the 
 oom-host@S[:M]      the CPU allocator's ``RuntimeError`` ("can't allocate memory")
 oom-mps@S[:M]       the MPS backend's ``RuntimeError`` ("MPS backend out of memory")
 oom-update@S        out of memory inside the dense optimizer's update (not retryable)
+oom-keep@S[:M]      from step S on, every training forward of micro-batches above M rows
+                    (default 0: every size) fails with ``torch.OutOfMemoryError`` while the
+                    model keeps its activations: a micro-batch that fits only with
+                    activation checkpointing
 nan@S               every logit of the step becomes NaN (a non-finite loss)
 save-fail@S         the checkpoint write after step S fails with "No space left on device"
 kill-in-save@S      the checkpoint write after step S dies by SIGKILL half-way through its
@@ -63,6 +67,7 @@ KINDS = (
     "oom-host",
     "oom-mps",
     "oom-update",
+    "oom-keep",
     "nan",
     "save-fail",
     "kill-in-save",
@@ -72,8 +77,9 @@ KINDS = (
     "slow",
     "kill",
 )
-# The kinds that last from their step on; the number after ':' is an amount, not a micro-batch.
-STEADY_DEFAULTS = {"leak": 4, "slow": 100}
+# The kinds that last from their step on; the number after ':' is an amount (for oom-keep, the
+# largest micro-batch that still fits), not the micro-batch the fault fires in.
+STEADY_DEFAULTS = {"leak": 4, "slow": 100, "oom-keep": 0}
 
 
 def _resident_block(size_bytes: int) -> mmap.mmap:
@@ -181,6 +187,12 @@ class Faults:
         for kind in ("oom", "oom-host", "oom-mps"):
             if self.take(kind, step, micro):
                 raise _oom_error(kind, step)
+        rows = getattr(_args[0], "batch_size", 0) if _args else 0  # the carry's rows
+        keeps = not getattr(module, "activation_checkpointing", False)
+        for fault in self.steady:
+            fits = rows <= fault.micro_batch or not keeps
+            if fault.kind == "oom-keep" and fault.step <= step and not fits:
+                raise _oom_error("oom", step)
 
     def after_forward(self, module: torch.nn.Module, _args: Any, output: Any) -> Any:
         if module.training and self.pending[Fault("nan", self.step_in_progress())] > 0:

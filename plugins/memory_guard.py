@@ -32,7 +32,7 @@ from trm import hookimpl
 from trm.control import TrainControl, accumulation_steps, fit_micro_batch
 from trm.device.memory import free_cached_memory, used_fraction
 from trm.device.oom import memory_kind
-from trm.state import TrainState
+from trm.state import TrainState, recomputes_activations
 
 LOW_PRESSURE = 0.70
 HIGH_PRESSURE = 0.90
@@ -67,11 +67,11 @@ def recomputation_available(state: TrainState) -> bool:
     """Whether switching activation checkpointing on could still save memory: the spec leaves
     it to trm (``runtime.activation_checkpointing = "auto"``) and the model keeps its
     activations now."""
-    model = state.model
+    model = getattr(state, "model", None)
     return (
         state.spec.runtime.activation_checkpointing == "auto"
         and hasattr(model, "set_activation_checkpointing")
-        and not getattr(model, "activation_checkpointing", False)
+        and not recomputes_activations(model)
     )
 
 
@@ -136,8 +136,8 @@ class MemoryGuard:
         if recomputation_available(state):
             control.set_activation_checkpointing(
                 True,
-                f"out of {kind} memory at micro-batch {size}; memory-guard switched "
-                "recomputation on for the rest of the run (micro-batch and global batch kept)",
+                f"out of {kind} memory at micro-batch {size}; memory-guard recomputes "
+                "activations from now on and keeps the micro-batch",
             )
             return
         if not self.halve(state, control, f"out of {kind} memory at micro-batch {size}"):

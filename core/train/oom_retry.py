@@ -16,7 +16,7 @@ from trm.device.oom import is_out_of_memory
 from trm.device.rng import capture_rng, restore_rng
 from trm.errors import TrainingFailed
 from trm.plugin_manager import TrmPluginManager
-from trm.state import TrainState, last_good
+from trm.state import TrainState, last_good, recomputes_activations
 from trm.train.metrics_log import Journal
 from trm.train.requests import apply_activation_checkpointing_request, set_micro_batch
 from trm.train.step import StepSetup, attempt_step
@@ -59,11 +59,11 @@ def _shrink_or_fail(
     pm.hook.on_out_of_memory(state=state, error=error, control=control)
     journal.show(control)
     recompute = control.activation_checkpointing_request
-    already = bool(getattr(state.model, "activation_checkpointing", False))
+    already = recomputes_activations(state.model)
     if recompute is not None and recompute[0] and not already:
         control.micro_batch_request = None  # recomputation first; a later OOM may halve
         journal.event(step, "out_of_memory", quiet=True, micro_batch_size=old, error=detail)
-        journal.log(f"step {step}: out of memory at micro-batch {old} ({detail}); retrying the step")
+        journal.log(f"step {step}: out of memory at micro-batch {old} ({detail}); retrying")
         apply_activation_checkpointing_request(state, control, journal, step)
         return
     control.activation_checkpointing_request = None

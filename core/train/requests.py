@@ -1,6 +1,6 @@
 """Carrying out what plugins asked through ``TrainControl``: micro-batch sizes, recursion
-depth and halting exploration, activation checkpointing, thermal events, pauses. The loop calls these between steps (see
-docs/architecture.md for the order)."""
+depth and halting exploration, activation checkpointing, thermal events, pauses. The loop
+calls these between steps (see docs/architecture.md for the order)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 from trm.control import TrainControl, accumulation_steps, fit_micro_batch
 from trm.plugin_manager import TrmPluginManager
-from trm.state import TrainState
+from trm.state import TrainState, recomputes_activations
 from trm.train.metrics_log import Journal
 from trm.train.signals import StopRequests
 
@@ -135,12 +135,11 @@ def apply_activation_checkpointing_request(
     on, reason = control.activation_checkpointing_request
     control.activation_checkpointing_request = None
     model = state.model
-    old = bool(getattr(model, "activation_checkpointing", False))
+    old = recomputes_activations(model)
     if on == old:
         return False
     step = state.step if step is None else step
     model.set_activation_checkpointing(on)
     journal.event(step, "activation_checkpointing", on=on, reason=reason, quiet=True)
-    words = {True: "on (activations recomputed in backward)", False: "off"}
-    journal.log(f"step {step}: activation checkpointing {words[on]}: {reason}")
+    journal.log(f"step {step}: activation checkpointing {'on' if on else 'off'}: {reason}")
     return True
