@@ -92,7 +92,7 @@ def render_index(
     for summary in summaries:
         for switch in summary.get("activation_checkpointing_switches", []):
             parts.append(
-                f'<p>{escape(summary["run"])}: activation checkpointing '
+                f"<p>{escape(summary['run'])}: activation checkpointing "
                 f"{'on' if switch['on'] else 'off'} from step {switch['step']} — "
                 f"{escape(switch['reason'])}.</p>"
             )
