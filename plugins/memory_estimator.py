@@ -23,7 +23,8 @@ the hidden MLP and of the MLP across positions (mlp_t). ``low`` is 2 bytes under
 autocast, else 4. Activation checkpointing (``runtime.activation_checkpointing = "on"``;
 "auto" is planned as off, since the tiers plugin writes "on" where it chooses it) keeps only
 each grad-carrying call's inputs ("activations") and recomputes one call at a time during
-backward ("recomputed call": that call's saved tensors, the peak's extra).
+backward ("recomputed call": that call's saved tensors and the gradient temporaries of its
+backward, the peak's extra).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from trm import hookimpl
 from trm.data.reader import ReaderChoice, choose_reader, reader_buffer_bytes
 from trm.data.shape import DatasetShape
 from trm.device.distributed import env_world
-from trm.hardware import HardwareProfile
+from trm.hardware import HardwareProfile, format_bytes
 from trm.memory import MemoryItem
 from trm.model.layers import swiglu_inner_width
 from trm.model.trm import puzzle_prefix_len
@@ -111,6 +112,17 @@ REUSE_COMPILED_LOW_LARGE_TENSOR_SLACK = 0.36
 # a step, compiled bf16) peaked at 3.53 GiB resident, predicted 3.71 GiB.
 MICRO_BATCH_HEAP_GROWTH = {"compiled": 0.5, "eager": 1.0}
 MICRO_BATCHES_FOR_FULL_GROWTH = 4
+# Activation checkpointing: backward reruns one grad-carrying call at a time and then goes
+# back through it, so beyond that call's saved tensors it holds the gradient temporaries of
+# the call's backward, which without checkpointing fall inside the larger peak at the start
+# of backward (and so inside the heap-slack shares above). Measured as a share of the call's
+# saved tensors, per block type, by benchmarks/activation_checkpointing.py (whole-process
+# peak RSS, eager float32, micro-batches 1 and 2 of the Maze-Hard network at seq_len 900 and
+# 2 and 8 of the Sudoku MLP network, on a 2-core Zen 3 EPYC): attention 1.6 (1.75 and 1.52
+# needed), MLP across positions 1.3 (2.0 and 1.1 needed). Never more than what checkpointing
+# frees (the same temporaries come at the start of a backward without it), so the estimate
+# with it never exceeds the one without.
+RECOMPUTE_BACKWARD_SHARE = {"mlp_t": 1.3, "attention": 1.6}
 # CUDA: the context (driver, kernels) lives outside PyTorch's allocator; the caching
 # allocator rounds and splits blocks; cuBLAS keeps a workspace per stream.
 CUDA_CONTEXT_BYTES = 500 * MIB
@@ -277,6 +289,21 @@ def recompute_bytes(
     checkpointing, the one call it runs again at a time (its saved tensors, as a kept call's);
     without, nothing."""
     return net_call_bytes(arch, s, precision, compiled) if checkpointing else 0
+
+
+def recompute_backward_bytes(
+    arch: ArchSpec, s: Sizes, precision: str, checkpointing: bool = False, compiled: bool = False
+) -> int:
+    """Per sample, with checkpointing: the gradient temporaries of the recomputed call's
+    backward (a measured share of its saved tensors, ``RECOMPUTE_BACKWARD_SHARE``), at most
+    what checkpointing frees beyond that call."""
+    if not checkpointing:
+        return 0
+    share = RECOMPUTE_BACKWARD_SHARE["mlp_t" if arch.mlp_t else "attention"]
+    per_call = recompute_bytes(arch, s, precision, checkpointing, compiled)
+    freed = kept_activation_bytes(arch, s, precision, False, compiled) - per_call
+    freed -= kept_activation_bytes(arch, s, precision, True, compiled)
+    return max(0, min(int(share * per_call), freed))
 
 
 def step_activation_bytes(
@@ -481,11 +508,13 @@ def estimate_items(
         f"{precision} ({how})",
     )
     if checkpointing:
+        backward = micro * recompute_backward_bytes(arch, s, precision, True, runtime.compile)
         add(
             "recomputed call",
-            recomputed,
+            recomputed + backward,
             f"backward runs the checkpointed calls again one at a time: at its peak it holds "
-            f"one call's activations ({arch.L_layers} layers, micro-batch {micro})",
+            f"one call's activations ({arch.L_layers} layers, micro-batch {micro}) and the "
+            f"gradient temporaries of its backward ({format_bytes(backward)}, a measured share)",
         )
     # The loop keeps every micro-batch's new carry rows until the step ends (then writes them
     # back), so by the last micro-batch they cover all of this process's rows. z_H and z_L

@@ -281,7 +281,10 @@ def test_checkpointing_splits_activations_into_inputs_and_one_recomputed_call():
     sizes = memory_estimator.model_sizes(spec.arch, SUDOKU)
     per_call = memory_estimator.net_call_bytes(spec.arch, sizes, "fp32")
     assert off["activations"] == 8 * 4 * per_call and "recomputed call" not in off
-    assert on["recomputed call"] == 8 * per_call
+    backward = memory_estimator.recompute_backward_bytes(spec.arch, sizes, "fp32", True)
+    share = memory_estimator.RECOMPUTE_BACKWARD_SHARE["attention"]
+    assert backward == int(share * per_call)  # 4 calls: far below what checkpointing frees
+    assert on["recomputed call"] == 8 * (per_call + backward)
     inputs = memory_estimator.checkpoint_input_bytes(spec.arch, sizes, "fp32")
     assert on["activations"] == 8 * inputs
     assert auto == off  # auto is planned without it; the tier writes "on" where it chooses it
