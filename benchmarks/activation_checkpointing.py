@@ -1,7 +1,7 @@
 """Activation checkpointing off vs on: whole-process peak memory, speed and the estimate's error.
 
     python benchmarks/activation_checkpointing.py [--json] [--budget-gib 2] [--steps 3]
-        [--only maze,sudoku] [--from-json FILE [--markdown]]
+        [--only maze,sudoku] [--from-json FILE [--reestimate] [--markdown]]
 
 Two shapes: the Maze-Hard attention network at seq_len 900 (specs/maze-hard-att.toml) and the
 Sudoku MLP network (specs/sudoku-extreme-mlp.toml, 9x9: seq_len 81). For each, rows in this
@@ -171,7 +171,6 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
     return {
         "samples_per_s": micro * len(timed) / sum(timed),
         "step_s": seconds,
-        "estimate_items": estimate_bytes(shape, micro, setting, baseline),
         "baseline_bytes": baseline,
     }
 
@@ -200,18 +199,28 @@ def run_row(shape: str, micro: int, setting: str, steps: int) -> dict[str, Any]:
         row["error"] = (stderr.strip().splitlines() or ["failed"])[-1]
         return row
     result = json.loads(stdout.strip().splitlines()[-1])
-    peak = usage.ru_maxrss * 1024  # KiB on Linux
-    estimate = sum(result["estimate_items"].values())
     row.update(
-        peak_rss_bytes=peak,
-        samples_per_s=round(result["samples_per_s"], 3),
+        peak_rss_bytes=usage.ru_maxrss * 1024,  # KiB on Linux
+        samples_per_s=round(result["samples_per_s"], 4),
         step_s=[round(s, 2) for s in result["step_s"]],
-        estimate_bytes=estimate,
-        estimate_error=round(estimate / peak - 1, 4),
-        activations_bytes=result["estimate_items"].get("activations", 0),
-        recomputed_call_bytes=result["estimate_items"].get("recomputed call", 0),
         baseline_bytes=result["baseline_bytes"],
         wall_s=round(time.perf_counter() - started, 1),
+    )
+    return add_estimate(row)
+
+
+def add_estimate(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with the estimator's figures for it (this process's estimator, the child's
+    baseline): the total, its error against the measured peak, the two activation items."""
+    items = estimate_bytes(
+        row["shape"], row["micro_batch"], row["checkpointing"], row["baseline_bytes"]
+    )
+    estimate = sum(items.values())
+    row.update(
+        estimate_bytes=estimate,
+        estimate_error=round(estimate / row["peak_rss_bytes"] - 1, 4),
+        activations_bytes=items.get("activations", 0),
+        recomputed_call_bytes=items.get("recomputed call", 0),
     )
     return row
 
@@ -378,13 +387,22 @@ def main() -> None:
     parser.add_argument("--only", default="maze,sudoku", help="shapes, comma-separated")
     parser.add_argument("--from-json", type=Path, help="print the table of a saved document")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument(
+        "--reestimate",
+        action="store_true",
+        help="with --from-json: recompute the estimates of the saved rows with this estimator",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return
     if args.from_json:
-        print(table(json.loads(args.from_json.read_text()), args.markdown))
+        document = json.loads(args.from_json.read_text())
+        if args.reestimate:  # the saved measurements against this checkout's estimator
+            document["rows"] = [add_estimate(r) for r in document["rows"] if "error" not in r]
+            compare(document["rows"])
+        print(json.dumps(document, indent=2) if args.json else table(document, args.markdown))
         return
     unknown = [s for s in args.only.split(",") if s and s not in SHAPES]
     if unknown:
