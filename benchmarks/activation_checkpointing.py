@@ -309,7 +309,7 @@ def table(document: dict[str, Any], markdown: bool = False) -> str:
         "estimate GiB",
         "error",
         "samples/s",
-        "saving",
+        "peak saved",
         "speed cost",
     ]
     lines = []
@@ -327,8 +327,8 @@ def table(document: dict[str, Any], markdown: bool = False) -> str:
                 f"{row['peak_rss_bytes'] / GIB:.2f}",
                 f"{row['estimate_bytes'] / GIB:.2f}",
                 f"{row['estimate_error']:+.1%}",
-                f"{row['samples_per_s']:.2f}",
-                f"{row['saving_vs_off']:.0%}" if "saving_vs_off" in row else "",
+                f"{row['samples_per_s']:.4f}",
+                _saving(row, document["rows"]),
                 f"{row['speed_cost_vs_off']:+.0%}" if "speed_cost_vs_off" in row else "",
             ]
         )
@@ -348,8 +348,8 @@ def table(document: dict[str, Any], markdown: bool = False) -> str:
             f"{fit['budget_bytes'] / GIB:g} GiB",
             str(fit["largest_micro_batch_off"]),
             str(fit["largest_micro_batch_on"]),
-            f"{fit.get('samples_per_s_off', float('nan')):.2f}",
-            f"{fit.get('samples_per_s_on', float('nan')):.2f}",
+            _rate(fit.get("samples_per_s_off")),
+            _rate(fit.get("samples_per_s_on")),
             str(fit["largest_micro_batch_off_8gib"]),
             str(fit["largest_micro_batch_on_8gib"]),
         ]
@@ -366,6 +366,24 @@ def table(document: dict[str, Any], markdown: bool = False) -> str:
         + "\n\n"
         + _grid(fit_head, fit_lines, markdown)
     )
+
+
+def _rate(samples_per_s: float | None) -> str:
+    return "–" if samples_per_s is None else f"{samples_per_s:.4f}"
+
+
+def _saving(row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """Measured peak saved against the "off" row of the same micro-batch: MiB and share."""
+    if "saving_vs_off" not in row:
+        return ""
+    off = next(
+        r
+        for r in rows
+        if (r["shape"], r["micro_batch"], r["checkpointing"])
+        == (row["shape"], row["micro_batch"], "off")
+    )
+    saved_mib = (off["peak_rss_bytes"] - row["peak_rss_bytes"]) / 2**20
+    return f"{saved_mib:.0f} MiB ({row['saving_vs_off']:.0%})"
 
 
 def _grid(head: list[str], lines: list[list[str]], markdown: bool) -> str:
