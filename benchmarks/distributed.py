@@ -134,7 +134,7 @@ def worker(args: argparse.Namespace) -> None:
     from trm.data.sampler import SplitIndex, TrainSampler
     from trm.data.shape import read_shape
     from trm.device import distributed
-    from trm.device.transfer import to_device
+    from trm.device.contract import host_placement
     from trm.model import build_model, build_optimizers
     from trm.spec import load_spec, resolve_spec_path
     from trm.train.data_parallel import DataParallel
@@ -156,7 +156,8 @@ def worker(args: argparse.Namespace) -> None:
     collectives: dict[str, list[float]] = {"ddp": [], "allreduce": []}
     for step in range(2 * (args.warmup + args.steps)):
         mode = "ddp" if step % 2 == 0 else "allreduce"
-        batch = to_device(index.gather(sampler.examples_for_step(step)[parallel.rows]), "cpu")
+        rows = index.gather(sampler.examples_for_step(step)[parallel.rows])
+        batch = host_placement().to_device(rows)
         carry = model.initial_carry(batch)
         min_halt = model.draw_min_halt_steps(args.batch, "cpu")[parallel.rows]
         distributed.barrier()
@@ -172,7 +173,7 @@ def worker(args: argparse.Namespace) -> None:
                 micro_batch_size=parallel.local_batch,
                 loss=spec.arch.loss,
                 divisor=args.batch,
-                device=torch.device("cpu"),
+                placement=host_placement(),
             )
         if mode == "allreduce":
             parallel.reduce_step(model, sums)

@@ -268,9 +268,8 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
     import torch
 
-    from trm.device.compile import compile_for_runtime
+    from trm.device.compile import compile_network
     from trm.device.host_memory import idle_heap_bytes, reuse_freed_memory
-    from trm.device.transfer import to_device
     from trm.model import EMA, TinyRecursiveModel, build_optimizers
     from trm.runtime import RuntimeChoice
     from trm.train.step import accumulate_gradients
@@ -290,7 +289,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
     # as trm run does on a CPU (the cpu plugin's choice, applied when the loop starts)
     reuse = device.type == "cpu" and config.get("reuse", True) and reuse_freed_memory()
     runtime = RuntimeChoice(str(device), config["precision"], 2, compiled, reuse_host_memory=reuse)
-    dtype = runtime.autocast_dtype
+    placement = runtime.placement()
     method = "VmHWM after clear_refs"
     sampler = None
     if device.type == "cuda":
@@ -308,10 +307,11 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
 
     model = TinyRecursiveModel(spec.arch, seq_len, vocab, identifiers).to(device)
     model.train()
-    compile_for_runtime(model, runtime)  # as trm run does; a no-op unless compiled
+    if compiled:  # as trm run does
+        compile_network(model, runtime.backend)
     optimizers = build_optimizers(model, spec.train)
     ema = EMA(model, spec.train.ema_rate)
-    device_batch = to_device(batch_np, device)
+    device_batch = placement.to_device(batch_np)
     carry = model.initial_carry(device_batch)
     for _ in range(2):
         min_halt = model.draw_min_halt_steps(batch_size, device)
@@ -325,8 +325,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
             micro_batch_size=micro,
             loss=spec.arch.loss,
             divisor=batch_size,
-            device=device,
-            dtype=dtype,
+            placement=placement,
         )
         for rows, new_carry in pieces:
             carry.assign_rows(rows, new_carry)

@@ -9,7 +9,8 @@ shown so — never a guess.
 
 Who fills what (built-in plugins): ``system`` — OS, Python, torch, CPU, memory, storage,
 power, math libraries and cached benchmark figures; ``cuda`` — ``gpus``/``cuda_devices``;
-``mps`` — ``mps_available`` and the Apple GPU. See docs/hardware.md.
+``mps`` — ``mps_available`` and the Apple GPU; any backend (``xla``, a third party's) —
+``accelerators``, the generic record. See docs/hardware.md.
 """
 
 from __future__ import annotations
@@ -63,6 +64,25 @@ class GpuInfo:
 
 
 @frozen
+class AcceleratorInfo:
+    """One accelerator of any kind, as its backend plugin reports it (the generic record a
+    third party's backend fills; CUDA GPUs also keep their detailed ``GpuInfo``).
+
+    ``kind`` is the backend's name (``cuda``, ``xla``, ``npu``); ``generation`` what the
+    runtime calls the chip (``v4``, ``sm_90``); ``count``: chips this one entry stands for
+    (a TPU host reports its chips once). Unknown stays None."""
+
+    kind: str
+    index: int = 0
+    name: str | None = None
+    generation: str | None = None
+    count: int | None = None
+    memory_total_bytes: int | None = None
+    memory_free_bytes: int | None = None
+    bf16: bool | None = None
+
+
+@frozen
 class DeviceSpeed:
     """Measured speed of one device (``trm analyze --benchmark``), cached per machine."""
 
@@ -110,6 +130,7 @@ class HardwareProfile:
     gpus: tuple[GpuInfo, ...] | None = None
     mps_available: bool | None = None
     unified_memory: bool | None = None
+    accelerators: tuple[AcceleratorInfo, ...] | None = None
     # storage and power
     storage_path: str | None = None
     storage_free_bytes: int | None = None

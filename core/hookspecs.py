@@ -4,10 +4,10 @@ A plugin implements any of these with ``@trm.hookimpl`` on a module-level functi
 method of a plugin class (one instance per run; see docs/plugins.md), of the same name; as
 pluggy allows, an implementation may take only the arguments it uses.
 
-The life of ``trm run``: check_spec, register_data_sources (when the spec's data must be built
-or its shape read), detect_hardware, configure_runtime, estimate_memory, adapt_config (then
-configure_runtime again when the runtime changed), load_checkpoint, open_dataset,
-on_train_start; per step
+The life of ``trm run``: device_backends, check_spec, register_data_sources (when the spec's
+data must be built or its shape read), detect_hardware, configure_runtime, estimate_memory,
+adapt_config (then configure_runtime again when the runtime changed), load_checkpoint,
+open_dataset, on_train_start; per step
 on_step (and on_out_of_memory, on_thermal_event, on_eval, save_checkpoint as they arise);
 on_train_end however the loop ends.
 """
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from trm.data.reader import DataReader, ReaderChoice
     from trm.data.shape import DatasetShape
     from trm.data.source import DataSource
+    from trm.device.contract import DeviceBackend
     from trm.hardware import HardwareProfile
     from trm.memory import MemoryEstimate, MemoryItem
     from trm.runtime import RuntimeChoice
@@ -81,15 +82,29 @@ def detect_hardware() -> HardwareProfile | None:
     """
 
 
+@hookspec
+def device_backends() -> list[DeviceBackend] | None:
+    """The kinds of device this plugin can train on, as :class:`trm.device.contract.DeviceBackend`
+    objects (each claims a ``runtime.device`` name: ``cuda``, ``xla``, ``npu``).
+
+    Called when a command checks a spec (``runtime.device`` must be ``auto`` or a name some
+    backend claims; an unknown name is one error line listing the installed backends), when
+    ``trm run`` joins a torchrun process group (each backend's ``process_groups``), by
+    ``trm analyze --benchmark`` (each backend's ``machine_devices``) and by ``trm plugins``.
+    Return backends whose device is absent too: their ``is_available()`` says why not.
+    """
+
+
 @hookspec(firstresult=True)
 def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | None:
     """Choose device, precision, threads and compilation for this run.
 
     Called after detect_hardware, and again for each spec an estimate is remade for. Backend
-    plugins (cpu, cuda, mps) answer when ``spec.runtime.device`` is theirs or ``auto`` and
-    their device exists; the first answer wins, so accelerator backends run before the
-    ``trylast`` cpu backend. A backend may set process-wide state it owns
-    (``torch.set_num_threads``) before returning.
+    plugins (cpu, cuda, mps, xla, a third party's) answer when ``spec.runtime.device`` is
+    theirs or ``auto`` and their device exists, with the backend object that carries out the
+    device contract in ``RuntimeChoice.backend``; the first answer wins, so accelerator
+    backends run before the ``trylast`` cpu backend. A backend may set process-wide state it
+    owns (``torch.set_num_threads``) before returning.
     """
 
 

@@ -112,6 +112,17 @@ class TrmPluginManager:
     def enabled_names(self) -> list[str]:
         return [info.name for info in self.infos if info.enabled]
 
+    def device_backends(self) -> list[Any]:
+        """Every ``DeviceBackend`` the enabled plugins offer (``device_backends`` hook)."""
+        return [backend for part in self.pm.hook.device_backends() for backend in part or ()]
+
+    def backend_plugins_off(self) -> list[str]:
+        """Installed plugins that offer backends but are off here (their device is absent,
+        or they are opt-in)."""
+        return [
+            info.name for info in self.infos if not info.enabled and "device_backends" in info.hooks
+        ]
+
     def call_chained(self, hook_name: str, value_key: str, **kwargs: Any) -> list[Any]:
         """Call ``hook_name`` implementation by implementation, in call order.
 

@@ -1,14 +1,20 @@
-"""The runtime a backend plugin chose: device, precision, threads, compilation."""
+"""The runtime a backend plugin chose: device, precision, threads, compilation, and the backend
+that carries out the device contract (:mod:`trm.device.contract`)."""
 
 from __future__ import annotations
 
-from attrs import frozen
+import torch
+from attrs import field, frozen
+
+from trm.device.contract import HOST, DeviceBackend, Placement
 
 
 @frozen
 class RuntimeChoice:
     """Returned by ``configure_runtime``; ``notes`` are shown to the user once at start.
 
+    ``device`` is a torch device string (``cpu``, ``cuda:1``, ``xla:0``); ``backend`` the
+    object that knows that device (the host's behaviour when a plugin gives none).
     ``reuse_host_memory``: the loop keeps freed host memory for reuse
     (:func:`trm.device.host_memory.reuse_freed_memory`) when it starts training.
     """
@@ -19,10 +25,18 @@ class RuntimeChoice:
     compile: bool
     notes: tuple[str, ...] = ()
     reuse_host_memory: bool = False
+    backend: DeviceBackend = field(default=HOST, eq=False, repr=False)
 
     @property
-    def autocast_dtype(self):
+    def autocast_dtype(self) -> torch.dtype | None:
         """The torch dtype for autocast, or None for plain fp32."""
-        import torch
-
         return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+
+    @property
+    def backend_name(self) -> str:
+        """The name the backend claims (``cuda``, ``xla``), for records and messages."""
+        return self.backend.name
+
+    def placement(self) -> Placement:
+        """The run's backend, device and autocast dtype, as the loop passes them on."""
+        return Placement(self.backend, torch.device(self.device), self.autocast_dtype)

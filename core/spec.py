@@ -33,7 +33,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-DEVICES = ("auto", "cpu", "cuda", "mps")
+# runtime.device: "auto" or a name a loaded backend plugin claims ("cpu", "cuda:1", "xla");
+# which names are claimed is checked when plugins are loaded (trm.plan.backends).
+DEVICE_NAME = re.compile(r"^[a-z][a-z0-9_.-]*(:[0-9]+)?$")
 COMPILE_CHOICES = ("auto", "on", "off")
 HOST_MEMORY_CHOICES = ("auto", "reuse", "system")
 ACTIVATION_CHECKPOINTING_CHOICES = ("auto", "on", "off")
@@ -116,7 +118,7 @@ class DataSpec:
     # auto: the whole train split in memory when it takes at most a quarter of the memory
     # budget, else streamed from disk; memory or stream to choose (trm.data.reader)
     reader: str = "auto"
-    prefetch_steps: int = 4  # batches the stream reader prepares ahead (0: read in the loop)
+    prefetch_steps: int = 4  # batches a reader prepares ahead (0: read in the loop)
     generate: dict[str, Any] = field(factory=dict)
 
 
@@ -421,7 +423,12 @@ def validate(spec: RunSpec, where: str) -> None:
             f"must be a table of the plugin's settings ([plugins.{name}]), got "
             f"{type(table).__name__}",
         )
-    need(r.device in DEVICES, "runtime.device", f"must be one of {DEVICES}")
+    need(
+        bool(DEVICE_NAME.match(r.device)),
+        "runtime.device",
+        f"{r.device!r} is not a device name: 'auto' or a backend's name such as 'cpu', "
+        "'cuda', 'cuda:1' (trm plugins lists the backends)",
+    )
     need(r.precision in PRECISIONS, "runtime.precision", f"must be one of {PRECISIONS}")
     need(r.compile in COMPILE_CHOICES, "runtime.compile", f"must be one of {COMPILE_CHOICES}")
     need(

@@ -19,6 +19,7 @@ from attrs import define, field
 
 import trm
 from trm.data.shape import DatasetShape
+from trm.device.contract import HOST, DeviceBackend
 from trm.device.rng import capture_rng, restore_rng
 from trm.errors import TrmError
 from trm.spec import RunSpec, spec_to_dict
@@ -39,7 +40,11 @@ class TrainState:
     micro-batch, in rank order (see ``state_dict``).
     ``wall_s_before`` is the training wall time of the run up to its last checkpoint or end
     (the loop's stopwatch keeps it); ``checkpoint_step`` the step of the newest checkpoint
-    written or resumed from (None: none yet; not saved).
+    written or resumed from (None: none yet; not saved). ``snapshot`` is set only on the copy
+    of the state a background checkpoint write hands to ``save_checkpoint``: the payload
+    taken on the host at the checkpoint's step, which ``state_dict`` then returns (the
+    model and optimizers there are the live ones, already training on). ``backend`` carries
+    out the device contract for the device the model is on (RNG states, host copies).
     """
 
     spec: RunSpec
@@ -58,10 +63,12 @@ class TrainState:
     best_value: float = 0.0
     last_eval: dict[str, float] = field(factory=dict)
     wall_s_before: float = 0.0
+    backend: DeviceBackend = HOST
     checkpoint_step: int | None = None
     data_dir: str = ""
     dataset_shape: DatasetShape | None = None
     rank_parts: list[dict[str, Any]] | None = None
+    snapshot: dict[str, Any] | None = None
 
     @property
     def device(self) -> torch.device:
@@ -77,12 +84,15 @@ class TrainState:
         force (``H_cycles``, ``L_cycles``, ``halt_exploration_prob``: the spec's unless a
         plugin's schedule changed them), whether activations are recomputed in backward
         (``activation_checkpointing``: memory-guard may have switched it on), the best
-        evaluation, the resolved spec, the dataset shape and the trm version;
+        evaluation, the resolved spec, the dataset shape and the trm version; ``device``, the
+        device it trained on (a resume on another says so: trm.train.device_failure);
         ``world_size``, the number of processes that trained it. Under data parallelism
         (``rank_parts`` set) the carry is every rank's rows concatenated in rank order — the
         global carry, as one process holds it — and ``ranks`` lists each rank's RNG states
         and micro-batch size.
         """
+        if self.snapshot is not None:
+            return self.snapshot
         train = self.spec.train
         carry = self.carry.state_dict() if self.carry is not None else None
         extra: dict[str, Any] = {"world_size": 1}
@@ -98,7 +108,7 @@ class TrainState:
                     for part in self.rank_parts
                 ],
             }
-        return {
+        payload = {
             "trm_version": trm.__version__,
             "spec": spec_to_dict(self.spec),
             "model": self.model.state_dict(),
@@ -124,28 +134,45 @@ class TrainState:
             "wall_s": self.wall_s_before,
             "data_dir": self.data_dir,
             "dataset_shape": self.dataset_shape.to_dict() if self.dataset_shape else None,
-            "rng": capture_rng(self.device),
+            "rng": capture_rng(self.backend, self.device),
+            "device": str(self.device),
             **extra,
         }
+        if self.backend.has_device_memory:
+            return tensors_to_host(payload, self.backend)
+        return payload
 
-    def load_state_dict(self, payload: dict[str, Any], where: str = "checkpoint") -> list[str]:
+    def load_state_dict(
+        self, payload: dict[str, Any], where: str = "checkpoint", rng_said: bool = False
+    ) -> list[str]:
         """Restore this state from a ``state_dict`` payload; returns warnings to show.
 
         Raises TrmError, listing the differing keys, when the payload's architecture, dataset
-        shape or tensor shapes differ from this state's model. Changed training settings are
+        shape or tensor shapes differ from this state's model. The carry stays where the
+        payload holds it (the host): the caller takes this process's rows and moves only
+        those to the device (``trm.train.setup.resume``). Changed training settings are
         allowed (the run continues with the new ones) and come back as warnings, since the
-        continuation is then no longer the run the checkpoint began.
+        continuation is then no longer the run the checkpoint began. A payload without
+        optimizer or RNG states (``trm import``'s) keeps this state's fresh optimizers and
+        seeded RNGs, and says so in a warning.
         """
         check_compatible(self, payload, where)
         self.model.load_state_dict(payload["model"])
-        for opt, opt_state in zip(self.optimizers, payload["optimizers"], strict=True):
-            opt.load_state_dict(opt_state)
+        notes = []
+        if payload.get("optimizers") is None:  # an imported checkpoint (trm import)
+            notes.append(
+                f"{where} holds no optimizer state (imported weights: the reference saves "
+                f"none); the optimizers start fresh at step {payload['step']}"
+            )
+        else:
+            for opt, opt_state in zip(self.optimizers, payload["optimizers"], strict=True):
+                opt.load_state_dict(opt_state)
         if self.ema is not None and payload.get("ema") is not None:
             self.ema.load_state_dict(payload["ema"])
-        if payload.get("carry") is not None:
+        if payload.get("carry") is not None:  # left on the host: see the docstring
             from trm.model import TRMCarry
 
-            self.carry = TRMCarry.from_state_dict(payload["carry"]).to(self.device)
+            self.carry = TRMCarry.from_state_dict(payload["carry"])
         self.step = int(payload["step"])
         self.samples = int(payload["samples"])
         self.micro_batch_size = int(payload.get("micro_batch_size") or self.micro_batch_size)
@@ -157,19 +184,35 @@ class TrainState:
         self.best_value = float(payload.get("best_value", self.best_exact_accuracy))
         self.last_eval = dict(payload.get("last_eval") or {})
         self.wall_s_before = float(payload.get("wall_s", 0.0))
-        restore_rng(payload["rng"])
-        notes = [
+        rng_note = ""
+        if payload.get("rng") is not None:  # an imported checkpoint keeps the seeded RNGs
+            rng_note = restore_rng(payload["rng"], self.backend, self.device)
+        notes += [
             f"{where}: {key} was {old!r}, now {new!r}; the continuation differs from the "
             "original run"
             for section in ("train", "plugins")
             for key, old, new in spec_differences(payload["spec"], spec_to_dict(self.spec), section)
         ]
+        if rng_note and not rng_said:  # rng_said: the caller tells the user itself
+            notes.append(f"{where}: {rng_note}")
         if payload.get("trm_version") != trm.__version__:
             notes.append(
                 f"{where} was written by trm {payload.get('trm_version')}, "
                 f"this is trm {trm.__version__}"
             )
         return notes
+
+
+def tensors_to_host(value: Any, backend: DeviceBackend) -> Any:
+    """``value`` (nested dicts, lists, tuples) with every tensor copied to the host by
+    ``backend.to_host``: a checkpoint holds host tensors whatever the device."""
+    if isinstance(value, torch.Tensor):
+        return backend.to_host(value)
+    if isinstance(value, dict):
+        return {k: tensors_to_host(v, backend) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(tensors_to_host(v, backend) for v in value)
+    return value
 
 
 def recursion_in_force(model: torch.nn.Module) -> dict[str, Any] | None:

@@ -11,8 +11,12 @@ folder fsynced), so a kill at any moment leaves either the old set or the new se
 a failed write (disk full, read-only) removes its temporary file, keeps every earlier
 checkpoint and raises OSError. Rotation keeps the newest ``train.checkpoint_keep`` files plus
 the best. Loading checks the recorded SHA-256 and uses ``torch.load(weights_only=True)``: a
-file carrying pickled code is refused, never run. Given a run directory, the newest valid
-checkpoint loads; a truncated or corrupt newer one is skipped with a warning.
+file carrying pickled code is refused, never run. A file in torch's zip format loads
+memory-mapped (``mmap=True``): its tensors are read from the page cache as they are used, so
+the ranks of a node share one copy of the file and each copies only what it keeps (its rows
+of the carry) rather than every rank holding the whole file at once. Given a run directory,
+the newest valid checkpoint loads; a truncated or corrupt newer one is skipped with a
+warning.
 """
 
 from __future__ import annotations
@@ -191,6 +195,15 @@ def _not_a_checkpoint(path: Path) -> str | None:
     return f"is not a PyTorch checkpoint file: it is {kind}"
 
 
+def _is_zip_archive(path: Path) -> bool:
+    """Whether ``path`` is in torch's zip format, the one ``torch.load(mmap=True)`` maps."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(4) == _ZIP_MAGIC
+    except OSError:
+        return False
+
+
 def _refusal(path: Path, exc: pickle.UnpicklingError) -> str:
     """The message for torch's weights-only refusal: pickled code, or a damaged stream."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
@@ -235,7 +248,9 @@ def read_checkpoint(path: Path, map_location: str = "cpu") -> dict[str, Any]:
     if reason is not None:
         raise TrmError(f"checkpoint {path} {reason}; {_GIVE}")
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        payload = torch.load(
+            path, map_location=map_location, weights_only=True, mmap=_is_zip_archive(path)
+        )
     except pickle.UnpicklingError as exc:
         raise TrmError(_refusal(path, exc)) from exc
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:

@@ -1,15 +1,18 @@
 """CPU backend: threads from physical cores, bf16 autocast where native, torch.compile, and
-freed host memory kept for reuse."""
+freed host memory kept for reuse. Its device is the host: the contract's defaults
+(:class:`trm.device.contract.DeviceBackend`) with the C++ toolchain check for torch.compile."""
 
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
 from trm import hookimpl
 from trm.control import TrainControl
-from trm.device.compile import choose_compile
+from trm.device.compile import choose_compile, cpp_compiler
+from trm.device.contract import DeviceBackend
 from trm.device.host_memory import IdleMemoryValve
 from trm.device.host_memory import is_supported as host_memory_reuse_supported
 from trm.errors import TrmError
@@ -18,6 +21,27 @@ from trm.measure.flops import matmul_bound
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.state import TrainState
+
+
+class CpuDevice(DeviceBackend):
+    """The host as a training device: tensors in host memory, torch's CPU generator, gloo for
+    collectives; torch.compile through Inductor's C++ code, which needs a C++ compiler."""
+
+    name = "cpu"
+    torch_type = "cpu"
+
+    def compile_unavailable_reason(self) -> str | None:
+        if sys.platform == "win32":
+            return "torch.compile on Windows CPUs needs MSVC set up; not attempted"
+        if cpp_compiler() is None:
+            return "no C++ compiler found (install g++ or clang++, or set CXX)"
+        return None
+
+    def describe(self) -> str:
+        return "cpu (the host)"
+
+
+CPU = CpuDevice()
 
 
 def _usable_cores(hardware: HardwareProfile) -> int:
@@ -60,7 +84,7 @@ def configure_cpu(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | N
     unless ``runtime.host_memory`` is ``system``.
     """
     runtime = spec.runtime
-    if runtime.device not in ("auto", "cpu"):
+    if runtime.device != "auto" and not CPU.claims(runtime.device):
         return None
     logical = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if logical and runtime.threads > logical:
@@ -72,7 +96,7 @@ def configure_cpu(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | N
     torch.set_num_threads(threads)
     large = matmul_bound(spec.arch)
     precision, notes = choose_cpu_precision(runtime.precision, hardware.cpu_native_bf16, large)
-    compile_on, compile_note = choose_compile(runtime.compile, "cpu", large)
+    compile_on, compile_note = choose_compile(runtime.compile, CPU, large)
     if compile_note:
         notes.append(compile_note)
     reuse = runtime.host_memory != "system" and host_memory_reuse_supported()
@@ -87,6 +111,7 @@ def configure_cpu(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | N
         compile=compile_on,
         notes=tuple(notes),
         reuse_host_memory=reuse,
+        backend=CPU,
     )
 
 
@@ -99,6 +124,10 @@ class CpuBackend:
     def __init__(self) -> None:
         # Bounds the idle memory a reusing heap keeps (trm.device.host_memory) for this run.
         self.valve = IdleMemoryValve()
+
+    @hookimpl
+    def device_backends(self) -> list[DeviceBackend]:
+        return [CPU]
 
     @hookimpl(trylast=True)
     def configure_runtime(self, spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | None:

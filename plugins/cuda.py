@@ -1,22 +1,33 @@
 """CUDA backend: an NVIDIA GPU with bf16 autocast, TF32 and torch.compile.
 
 On (``ACTIVATION = "auto"``) when PyTorch sees a CUDA GPU. It answers ``configure_runtime``
-for ``runtime.device`` = auto or cuda before the CPU backend does. Under torchrun each
-process takes the GPU of its ``LOCAL_RANK``. Device memory statistics belong to the core
-(:mod:`trm.device.memory`), which resets the peak counter at each step.
+for ``runtime.device`` = auto, cuda or cuda:N before the CPU backend does. Under torchrun each
+process takes the GPU of its ``LOCAL_RANK`` and touches no other: ``detect_hardware`` reads
+every GPU's properties (no CUDA context) but the free memory of this process's GPU only,
+after selecting it, so eight ranks make eight contexts, not sixty-four. The device contract
+(:class:`CudaDevice`): pinned non-blocking copies, the caching allocator's peak and pressure,
+``torch.OutOfMemoryError``, this GPU's RNG, NCCL for collectives, Inductor through Triton
+(which needs a C compiler and the Python headers besides the ``triton`` package).
+
+Not yet run on a GPU: every line here is tested on the CPU with a fake ``torch.cuda``
+(tests/test_backends.py, tests/test_gpu_ready.py); ``benchmarks/gpu.py`` is the command that
+proves it on one.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
-from typing import Any
 
 import torch
 from attrs import frozen
 
 from trm import hookimpl
-from trm.device.compile import choose_compile
-from trm.hardware import HardwareProfile
+from trm.device.compile import c_compiler, choose_compile, python_headers
+from trm.device.contract import DeviceBackend
+from trm.device.transfer import pinned_to_device
+from trm.errors import TrmError
+from trm.hardware import AcceleratorInfo, GpuInfo, HardwareProfile
 from trm.measure.flops import matmul_bound
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
@@ -31,7 +42,7 @@ def is_available() -> bool:
 
 
 @frozen
-class CudaDevice:
+class CudaGpu:
     """What one GPU can do: the facts precision choices depend on."""
 
     index: int
@@ -62,10 +73,11 @@ class CudaDevice:
         return f"{self.name} ({gib:.0f} GiB, sm_{major}{minor}{extra})"
 
 
-def cuda_device(index: int) -> CudaDevice:
-    """The facts of GPU ``index`` from ``torch.cuda.get_device_properties``."""
+def cuda_gpu(index: int) -> CudaGpu:
+    """The facts of GPU ``index`` from ``torch.cuda.get_device_properties`` (which reads the
+    driver's properties without creating a CUDA context on that GPU)."""
     props = torch.cuda.get_device_properties(index)
-    return CudaDevice(
+    return CudaGpu(
         index=index,
         name=str(props.name),
         memory_bytes=int(props.total_memory),
@@ -74,12 +86,23 @@ def cuda_device(index: int) -> CudaDevice:
 
 
 def local_device_index() -> int:
-    """The GPU this process uses: ``LOCAL_RANK`` under torchrun, else 0."""
+    """The GPU this process uses: ``LOCAL_RANK`` under torchrun, else 0. TrmError when that
+    GPU is not visible (more ranks than GPUs, or ``CUDA_VISIBLE_DEVICES`` set per process)."""
     text = os.environ.get("LOCAL_RANK", "0")
-    return int(text) if text.isdigit() else 0
+    index = int(text) if text.isdigit() else 0
+    count = torch.cuda.device_count()
+    if index >= count:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = f" (CUDA_VISIBLE_DEVICES={visible})" if visible is not None else ""
+        raise TrmError(
+            f"LOCAL_RANK {index} needs GPU {index}, but this process sees {count} GPU(s)"
+            f"{where}; start at most {count} processes per node (torchrun --nproc-per-node "
+            f"{max(count, 1)}), or give every process all the node's GPUs"
+        )
+    return index
 
 
-def choose_cuda_precision(setting: str, gpu: CudaDevice) -> tuple[str, list[str]]:
+def choose_cuda_precision(setting: str, gpu: CudaGpu) -> tuple[str, list[str]]:
     """``runtime.precision`` on ``gpu``: (precision, notices).
 
     ``auto`` is bf16 autocast on bf16 tensor cores (Ampere and newer), else fp32: fp16
@@ -102,30 +125,33 @@ def choose_cuda_precision(setting: str, gpu: CudaDevice) -> tuple[str, list[str]
     return setting, notes
 
 
-def enable_tf32(gpu: CudaDevice) -> bool:
-    """Let float32 matmuls and convolutions use TF32 tensor cores where ``gpu`` has them."""
+def enable_tf32(gpu: CudaGpu) -> bool:
+    """Let float32 matmuls and convolutions use TF32 tensor cores where ``gpu`` has them.
+
+    Uses the ``fp32_precision`` settings of torch >= 2.9 where they exist and the legacy
+    ``allow_tf32`` flags only on older releases — never both, since mixing the two APIs is
+    refused by Inductor."""
     if not gpu.tf32:
         return False
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+    matmul = torch.backends.cuda.matmul
+    if hasattr(matmul, "fp32_precision"):
+        matmul.fp32_precision = "tf32"
+        torch.backends.cudnn.conv.fp32_precision = "tf32"
+    else:  # torch < 2.9
+        matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     return True
 
 
-def gpu_info(gpu: CudaDevice) -> Any:
-    """``gpu`` as the hardware profile records it, a ``trm.hardware.GpuInfo``."""
-    from trm.hardware import GpuInfo
-
-    free: int | None = None
-    try:
-        free = int(torch.cuda.mem_get_info(gpu.index)[0])
-    except Exception:
-        free = None
+def gpu_info(gpu: CudaGpu, free_bytes: int | None = None) -> GpuInfo:
+    """``gpu`` as the hardware profile records it (``free_bytes``: read only for this
+    process's GPU)."""
     major, minor = gpu.capability
     return GpuInfo(
         index=gpu.index,
         name=gpu.name,
         memory_total_bytes=gpu.memory_bytes,
-        memory_free_bytes=free,
+        memory_free_bytes=free_bytes,
         compute_capability=f"{major}.{minor}",
         bf16=gpu.native_bf16,
         fp16=gpu.fast_fp16,
@@ -133,33 +159,161 @@ def gpu_info(gpu: CudaDevice) -> Any:
     )
 
 
+def _free_bytes(index: int) -> int | None:
+    try:
+        return int(torch.cuda.mem_get_info(index)[0])
+    except Exception:
+        return None
+
+
+class CudaDevice(DeviceBackend):
+    """The device contract on an NVIDIA GPU (see the module docstring)."""
+
+    name = "cuda"
+    torch_type = "cuda"
+    has_device_memory = True
+    pins_host_batches = True
+
+    @property
+    def process_groups(self) -> dict[str, str]:  # type: ignore[override]
+        import torch.distributed as dist
+
+        return {"cuda": "nccl"} if dist.is_available() and dist.is_nccl_available() else {}
+
+    def is_available(self) -> str | None:
+        return None if is_available() else UNAVAILABLE_REASON
+
+    def prepare_process_group(self) -> None:
+        """NCCL's watchdog aborts the whole process when a collective times out, before
+        trm can write its summary; with error handling 2 ("clean up only") it tears down
+        the communicators and the waiting collective raises, so the run ends as trm's
+        one-line failure, exit 1, with its last good checkpoint. A user's own setting wins."""
+        os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
+
+    def machine_devices(self, hardware: HardwareProfile) -> list[str]:
+        indices = [g.index for g in hardware.gpus or ()]
+        if not indices and hardware.cuda_devices:
+            indices = list(range(len(hardware.cuda_devices)))
+        return [f"cuda:{i}" for i in indices]
+
+    def budget_bytes(self, hardware: HardwareProfile, device: str) -> int | None:
+        index = int(device.split(":")[1]) if ":" in device else 0
+        for gpu in hardware.gpus or ():
+            if gpu.index == index and gpu.memory_total_bytes:
+                return gpu.memory_total_bytes
+        return hardware.cuda_memory_bytes
+
+    def compile_unavailable_reason(self) -> str | None:
+        if importlib.util.find_spec("triton") is None:
+            return "Triton is not installed (pip install triton)"
+        if c_compiler() is None:
+            return "Triton needs a C compiler to build its launcher (install gcc, or set CC)"
+        if python_headers() is None:
+            return "Triton needs the Python headers (Python.h; install python3-dev)"
+        return None
+
+    def to_device(self, batch, device):
+        return pinned_to_device(batch, device)
+
+    def begin_step(self, device: torch.device) -> None:
+        torch.cuda.reset_peak_memory_stats(device)
+
+    def step_peak_mb(self, device: torch.device) -> float | None:
+        return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+
+    def synchronize(self, device: torch.device) -> None:
+        torch.cuda.synchronize(device)
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        text = str(error).lower()
+        return isinstance(error, RuntimeError) and "cuda out of memory" in text
+
+    def memory_kind(self, error: BaseException) -> str:
+        return "CUDA device"
+
+    def free_cached_memory(self, device: torch.device) -> None:
+        super().free_cached_memory(device)
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+    def used_fraction(self, device: torch.device) -> float | None:
+        total = torch.cuda.get_device_properties(device).total_memory
+        return torch.cuda.max_memory_reserved(device) / total if total else None
+
+    def rng_state(self, device: torch.device) -> torch.Tensor | None:
+        return torch.cuda.get_rng_state(device)
+
+    def set_rng_state(self, state: torch.Tensor, device: torch.device) -> None:
+        torch.cuda.set_rng_state(state, device)
+
+    def describe(self) -> str:
+        return "cuda (NVIDIA GPUs; cuda:N picks one)"
+
+
+CUDA = CudaDevice()
+
+
+@hookimpl
+def device_backends() -> list[DeviceBackend]:
+    return [CUDA]
+
+
 @hookimpl
 def detect_hardware() -> HardwareProfile | None:
-    """Every visible GPU: name, memory, compute capability, bf16/fp16/TF32 support."""
+    """Every visible GPU: name, memory, compute capability, bf16/fp16/TF32 support; the free
+    memory of this process's GPU only (selected first, so no other GPU gets a context)."""
     if not is_available():
         return None
-    gpus = [cuda_device(i) for i in range(torch.cuda.device_count())]
+    local = local_device_index()
+    torch.cuda.set_device(local)
+    gpus = [cuda_gpu(i) for i in range(torch.cuda.device_count())]
+    infos = tuple(gpu_info(g, _free_bytes(g.index) if g.index == local else None) for g in gpus)
+    accelerators = tuple(
+        AcceleratorInfo(
+            kind="cuda",
+            index=g.index,
+            name=g.name,
+            generation=f"sm_{g.capability[0]}{g.capability[1]}",
+            count=1,
+            memory_total_bytes=g.memory_bytes,
+            memory_free_bytes=info.memory_free_bytes,
+            bf16=g.native_bf16,
+        )
+        for g, info in zip(gpus, infos, strict=True)
+    )
     return HardwareProfile(
         cuda_devices=tuple(g.describe() for g in gpus),
-        cuda_memory_bytes=gpus[0].memory_bytes if gpus else None,
-        gpus=tuple(gpu_info(g) for g in gpus),
+        cuda_memory_bytes=gpus[local].memory_bytes,
+        gpus=infos,
+        accelerators=accelerators,
     )
 
 
 @hookimpl
 def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | None:
     """Answer for ``auto`` and ``cuda`` when a GPU is visible: bf16 where native, TF32,
-    torch.compile where Triton is installed; host threads from the CPU's usable cores."""
+    torch.compile where Triton can build; host threads from the CPU's usable cores.
+    ``cuda:N`` picks GPU N (one process); under torchrun ``LOCAL_RANK`` picks it."""
     runtime = spec.runtime
-    if runtime.device not in ("auto", "cuda") or not is_available():
+    if runtime.device != "auto" and not CUDA.claims(runtime.device):
         return None
-    gpu = cuda_device(local_device_index())
+    if not is_available():
+        return None
+    index = local_device_index()
+    if ":" in runtime.device and "LOCAL_RANK" not in os.environ:
+        index = int(runtime.device.split(":")[1])
+        if index >= torch.cuda.device_count():
+            raise TrmError(
+                f"runtime.device: {runtime.device!r} but this process sees "
+                f"{torch.cuda.device_count()} GPU(s)"
+            )
+    gpu = cuda_gpu(index)
     torch.cuda.set_device(gpu.index)
     precision, notes = choose_cuda_precision(runtime.precision, gpu)
     if enable_tf32(gpu):
         notes.append("TF32 tensor cores on for float32 matmuls")
     large = matmul_bound(spec.arch)
-    compile_on, compile_note = choose_compile(runtime.compile, "cuda", large)
+    compile_on, compile_note = choose_compile(runtime.compile, CUDA, large)
     if compile_note:
         notes.append(compile_note)
     threads = runtime.threads or max(1, hardware.physical_cores or 1)
@@ -171,4 +325,5 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
         threads=threads,
         compile=compile_on,
         notes=tuple(notes),
+        backend=CUDA,
     )

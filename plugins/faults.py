@@ -10,12 +10,16 @@ kind                effect at step STEP
 oom@S[:M]           ``torch.OutOfMemoryError`` (as CUDA raises it) entering the forward of
                     micro-batch M (default 0); only the first attempt of the step fails
 oom-host@S[:M]      the CPU allocator's ``RuntimeError`` ("can't allocate memory")
-oom-mps@S[:M]       the MPS backend's ``RuntimeError`` ("MPS backend out of memory")
+oom-mps@S[:M]       the MPS backend's ``RuntimeError`` ("MPS backend out of memory"); only the mps
+                    backend recognises it (on any other device it fails the run)
 oom-update@S        out of memory inside the dense optimizer's update (not retryable)
 oom-keep@S[:M]      from step S on, every training forward of micro-batches above M rows
                     (default 0: every size) fails with ``torch.OutOfMemoryError`` while the
                     model keeps its activations: a micro-batch that fits only with
                     activation checkpointing
+device-error@S[:M]  the device fails entering the forward of micro-batch M: the
+                    ``torch.AcceleratorError`` CUDA raises for an illegal memory access; from
+                    then on every forward fails the same way (a lost device stays lost)
 nan@S               every logit of the step becomes NaN (a non-finite loss)
 save-fail@S         the checkpoint write after step S fails with "No space left on device"
 kill-in-save@S      the checkpoint write after step S dies by SIGKILL half-way through its
@@ -68,6 +72,7 @@ KINDS = (
     "oom-mps",
     "oom-update",
     "oom-keep",
+    "device-error",
     "nan",
     "save-fail",
     "kill-in-save",
@@ -137,6 +142,15 @@ def armed_here() -> bool:
     return str(env_world().rank) in {r.strip() for r in ranks.split(",")}
 
 
+def _device_error(step: int) -> BaseException:
+    """What CUDA raises when a kernel touched memory it must not (PyTorch >= 2.8)."""
+    error_type = getattr(torch, "AcceleratorError", RuntimeError)
+    return error_type(
+        "CUDA error: an illegal memory access was encountered (injected by the faults "
+        f"plugin at step {step})"
+    )
+
+
 def _oom_error(kind: str, step: int) -> BaseException:
     where = f"(injected by the faults plugin at step {step})"
     if kind == "oom-host":
@@ -164,6 +178,7 @@ class Faults:
         self.handles: list[Any] = []
         self.steady: list[Fault] = []  # leak and slow: from their step to the end
         self.leaked: list[mmap.mmap] = []
+        self.device_lost_at: int | None = None  # device-error: the step the device failed
 
     def take(self, kind: str, step: int, micro_batch: int = 0) -> bool:
         key = Fault(kind, step, micro_batch)
@@ -193,6 +208,10 @@ class Faults:
             fits = rows <= fault.micro_batch or not keeps
             if fault.kind == "oom-keep" and fault.step <= step and not fits:
                 raise _oom_error("oom", step)
+        if self.device_lost_at is None and self.take("device-error", step, micro):
+            self.device_lost_at = step
+        if self.device_lost_at is not None:
+            raise _device_error(self.device_lost_at)
 
     def after_forward(self, module: torch.nn.Module, _args: Any, output: Any) -> Any:
         if module.training and self.pending[Fault("nan", self.step_in_progress())] > 0:

@@ -16,7 +16,9 @@ backward of the last micro-batch in a step after the first (optimizer states exi
                 working set where it is larger
     backend     CPU: torch's runtime pages and glibc heap slack (a measured share of the
                 activations, larger for a step of several micro-batches); CUDA: context,
-                cuBLAS workspace, caching-allocator slack
+                cuBLAS workspace, the caching allocator's rounding and holes, and under
+                torchrun NCCL's buffers and the flattened gradients (a stated model, not
+                yet measured on a GPU; no CPU/glibc allowance applies to a CUDA device)
 
 Shapes: P positions (puzzle prefix + seq_len), D hidden, I_h / I_t the SwiGLU inner widths of
 the hidden MLP and of the MLP across positions (mlp_t). ``low`` is 2 bytes under bf16/fp16
@@ -123,11 +125,32 @@ MICRO_BATCHES_FOR_FULL_GROWTH = 4
 # frees (the same temporaries come at the start of a backward without it), so the estimate
 # with it never exceeds the one without.
 RECOMPUTE_BACKWARD_SHARE = {"mlp_t": 1.3, "attention": 1.6}
-# CUDA: the context (driver, kernels) lives outside PyTorch's allocator; the caching
-# allocator rounds and splits blocks; cuBLAS keeps a workspace per stream.
+# CUDA: the context (driver, kernels) lives outside PyTorch's allocator; cuBLAS keeps a
+# workspace per stream. None of the CUDA figures below has been measured on a GPU yet
+# (benchmarks/gpu.py compares the estimate with torch.cuda.max_memory_allocated); none of the
+# CPU/glibc allowances above applies to a CUDA device.
 CUDA_CONTEXT_BYTES = 500 * MIB
-CUDA_ALLOCATOR_SLACK_FRACTION = 0.05
 CUBLAS_WORKSPACE_BYTES = 32 * MIB
+# The caching allocator's model (PyTorch's CUDACachingAllocator, as documented in its source):
+# every block is rounded up to CUDA_BLOCK_ROUND_BYTES; a tensor above CUDA_LARGE_ALLOC_BYTES
+# gets a segment of its own rounded up to CUDA_SEGMENT_ROUND_BYTES, which nothing else
+# shares; smaller ones are cut from shared 2 / 20 MiB segments. Freed blocks stay reserved and
+# are split for later requests, so the tensors that are freed and allocated again every
+# micro-batch (activations, step transients) leave holes: CUDA_FRAGMENTATION_FRACTION of them
+# (an assumed allowance, to be replaced by a measured one).
+CUDA_BLOCK_ROUND_BYTES = 512
+CUDA_LARGE_ALLOC_BYTES = 10 * MIB
+CUDA_SEGMENT_ROUND_BYTES = 2 * MIB
+CUDA_FRAGMENTATION_FRACTION = 0.10
+# NCCL (torchrun with CUDA): each communicator keeps, per channel and per ring neighbour (2),
+# one buffer per protocol: Simple (NCCL_BUFFSIZE, default 4 MiB), LL128 (about the same) and
+# LL (256 KiB). The channel count depends on the GPUs' links; NCCL_MAX_NCHANNELS caps it.
+# Assumed 16 channels (not measured); the flattened gradient all-reduce
+# (trm.device.distributed.all_reduce_sum_) also holds one copy of the gradients.
+NCCL_DEFAULT_BUFFSIZE_BYTES = 4 * MIB
+NCCL_LL_BYTES = 256 * 1024
+NCCL_ASSUMED_CHANNELS = 16
+NCCL_RING_NEIGHBOURS = 2
 
 
 @frozen
@@ -356,6 +379,47 @@ def heap_slack_fraction(arch: ArchSpec, precision: str, compiled: bool = False) 
     return HEAP_SLACK_FRACTION[key]
 
 
+def cuda_block_bytes(size_bytes: int) -> int:
+    """What the CUDA caching allocator reserves for one tensor of ``size_bytes``: the block
+    rounded up to ``CUDA_BLOCK_ROUND_BYTES``; above ``CUDA_LARGE_ALLOC_BYTES`` a segment of
+    its own, rounded up to ``CUDA_SEGMENT_ROUND_BYTES`` (see the constants)."""
+    unit = (
+        CUDA_SEGMENT_ROUND_BYTES if size_bytes > CUDA_LARGE_ALLOC_BYTES else CUDA_BLOCK_ROUND_BYTES
+    )
+    return -(-size_bytes // unit) * unit
+
+
+def cuda_rounding_bytes(
+    arch: ArchSpec, s: Sizes, precision: str, micro: int, compiled: bool, checkpointing: bool
+) -> int:
+    """Bytes the caching allocator's rounding adds to the kept activations of one
+    micro-batch of ``micro`` rows (every tensor of :func:`block_tensors`, once per layer and
+    grad-carrying call; one call's with activation checkpointing)."""
+    calls = 1 if checkpointing else arch.L_cycles + 1
+    sizes = [
+        b * micro for block in block_tensors(arch, s, precision, compiled).values() for b in block
+    ]
+    per_call = sum(cuda_block_bytes(b) - b for b in sizes)
+    return calls * arch.L_layers * per_call
+
+
+def nccl_buffer_bytes() -> tuple[int, str]:
+    """Device bytes one NCCL communicator keeps (see the constants), and the note saying
+    how they were counted; ``NCCL_BUFFSIZE`` and ``NCCL_MAX_NCHANNELS`` are read when set."""
+    text = os.environ.get("NCCL_BUFFSIZE", "").strip()
+    buffsize = int(text) if text.isdigit() else NCCL_DEFAULT_BUFFSIZE_BYTES
+    text = os.environ.get("NCCL_MAX_NCHANNELS", "").strip()
+    channels = min(int(text), NCCL_ASSUMED_CHANNELS) if text.isdigit() else NCCL_ASSUMED_CHANNELS
+    per_peer = 2 * buffsize + NCCL_LL_BYTES  # Simple + LL128 + LL
+    total = NCCL_RING_NEIGHBOURS * channels * per_peer
+    note = (
+        f"{channels} channels x {NCCL_RING_NEIGHBOURS} ring neighbours x (2 x "
+        f"{format_bytes(buffsize)} + {NCCL_LL_BYTES // 1024} KiB) per protocol "
+        "(an assumed channel count: not measured on a GPU yet)"
+    )
+    return total, note
+
+
 def small_tensor_share(
     arch: ArchSpec, s: Sizes, precision: str, micro: int, compiled: bool
 ) -> float:
@@ -388,7 +452,7 @@ def heap_slack_share(
 
 
 def _dataset_bytes(
-    spec: RunSpec, dataset: DatasetShape, hardware: HardwareProfile, rows: int
+    spec: RunSpec, dataset: DatasetShape, hardware: HardwareProfile, rows: int, on_device: bool
 ) -> tuple[int, str]:
     """The data reader's host memory (trm.data.reader): the step's batch (``rows``: this
     process's rows of it) and the sampler's index always; the split itself when the memory
@@ -400,7 +464,7 @@ def _dataset_bytes(
     # memory-mapped (trm.data.sampler.SplitIndex)
     index = I64 * 6 * dataset.total_groups
     if spec.data.reader == "memory":
-        choice = ReaderChoice("memory", "asked for", 0)
+        choice = ReaderChoice("memory", "asked for", spec.data.prefetch_steps)
     else:
         choice = choose_reader(spec, dataset, hardware)
     if choice.name == "stream":
@@ -415,8 +479,17 @@ def _dataset_bytes(
         held, how = dataset.train_file_bytes, "the train split's inputs and labels"
     else:
         held, how = 2 * dataset.total_puzzles * seq * 4, "inputs/labels as int32 (size unknown)"
-    note = f"memory reader: {how} in memory, the batch of {global_batch} rows (int64), the index"
-    return batch + index + held, note
+    sharing = env_world().local_size
+    shared = ""
+    if sharing > 1:  # page cache of the memory-mapped files, one copy per node
+        held //= sharing
+        shared = f" (a 1/{sharing} share: the node's {sharing} ranks share its page cache)"
+    ahead = choice.prefetch_steps if on_device else 0  # trm.train.setup.open_reader
+    note = (
+        f"memory reader: {how} in memory{shared}, the batch of {global_batch} rows (int64) "
+        f"and {ahead} prefetched, the index"
+    )
+    return batch * (1 + ahead) + index + held, note
 
 
 def estimate_items(
@@ -441,7 +514,7 @@ def estimate_items(
     rows = max(1, global_batch // max(1, world))
     micro = min(spec.runtime.micro_batch_size or rows, rows)
     checkpointing = spec.runtime.activation_checkpointing == "on"  # "auto" plans without it
-    on_device = runtime.device.split(":")[0] in ("cuda", "mps")
+    on_device = runtime.backend.has_device_memory  # tensors apart from host memory
     where = "device" if on_device else "host"
     pd = s.positions * s.hidden
 
@@ -465,8 +538,9 @@ def estimate_items(
     if train.ema:
         add(
             "EMA copy",
-            F32 * (s.params + s.buffers_persistent),
-            "shadow of every float32 weight and persistent buffer (puzzle table included)",
+            F32 * s.params,
+            "shadow of every trainable float32 parameter (trm.model.ema: buffers such as the "
+            "puzzle-embedding table are not averaged)",
         )
     else:
         add("EMA copy", 0, "train.ema is off")
@@ -535,8 +609,19 @@ def estimate_items(
         max(0, nograd - activations - step_transient),
         f"{arch.H_cycles - 1} cycles without grad; counted only where above the grad cycle",
     )
-    data_bytes, data_note = _dataset_bytes(spec, dataset, hardware, rows)
+    data_bytes, data_note = _dataset_bytes(spec, dataset, hardware, rows, on_device)
     add("data-loader buffers", data_bytes, data_note, location="host")
+    if world > 1 and env_world().is_first:
+        ema_params = s.params if train.ema else 0
+        add(
+            "checkpoint snapshot",
+            F32 * (s.params + s.buffers_persistent + ema_params + states * s.params)
+            + global_batch * (2 * F32 * pd + 4 + 1 + dataset.seq_len * 2 * I64 + I64),
+            "rank 0's host copy of a checkpoint while a background thread writes it "
+            "(trm.train.checkpoints): weights, puzzle table, EMA, optimizer states, the "
+            "global carry",
+            location="host",
+        )
 
     # Backend overheads
     baseline = process_baseline_bytes
@@ -548,18 +633,31 @@ def estimate_items(
         "resident size of this process now: the interpreter, torch and the loaded plugins",
         location="host",
     )
-    if on_device and runtime.device.startswith("cuda"):
+    if on_device and runtime.backend.name == "cuda":
         add(
             "CUDA context",
             CUDA_CONTEXT_BYTES,
-            "driver and kernel images, outside PyTorch's allocator (typical size)",
+            "driver and kernel images, outside PyTorch's allocator (typical size, not measured)",
         )
         add("cuBLAS workspace", CUBLAS_WORKSPACE_BYTES, "matrix-product workspace per stream")
+        rounding = cuda_rounding_bytes(arch, s, precision, micro, runtime.compile, checkpointing)
         add(
             "allocator fragmentation",
-            CUDA_ALLOCATOR_SLACK_FRACTION * (activations + step_transient),
-            "caching allocator block rounding and splits, about 5% of the step's tensors",
+            rounding + CUDA_FRAGMENTATION_FRACTION * (activations + step_transient),
+            f"CUDA caching allocator: blocks rounded to {CUDA_BLOCK_ROUND_BYTES} bytes and "
+            f"tensors over {CUDA_LARGE_ALLOC_BYTES // MIB} MiB to "
+            f"{CUDA_SEGMENT_ROUND_BYTES // MIB} MiB segments ({format_bytes(rounding)}), and "
+            f"holes of {CUDA_FRAGMENTATION_FRACTION:.0%} of the tensors freed every "
+            "micro-batch (an assumed allowance: not measured on a GPU yet)",
         )
+        if world > 1:
+            nccl, nccl_note = nccl_buffer_bytes()
+            add("NCCL buffers", nccl, nccl_note)
+            add(
+                "gradient all-reduce buffer",
+                F32 * s.params,
+                "the gradients flattened into one buffer for the all-reduce",
+            )
     elif not on_device:
         add(
             "CPU runtime",

@@ -10,15 +10,14 @@ asks for half the micro-batch: the global batch is unchanged — gradient accumu
 Either way the same step is retried, so no sample is skipped or counted twice.
 
 After every step it reads memory pressure: the host's used fraction (psutil) and the device's
-(:func:`trm.device.memory.used_fraction`: CUDA's peak reserved memory of the step over the
-card's total; MPS: driver-allocated over the recommended maximum). It only reads: the core
-owns the peak counters. When pressure has stayed below ``LOW_PRESSURE`` for
-``GROW_AFTER_STEPS`` steps, a micro-batch it had halved doubles back, one level at a time;
+(the backend's ``used_fraction``: CUDA's peak reserved memory of the step over the card's
+total; MPS: driver-allocated over the recommended maximum; XLA: what its runtime reports). It
+only reads: the core owns the peak counters. When pressure has stayed below ``LOW_PRESSURE``
+for ``GROW_AFTER_STEPS`` steps, a micro-batch it had halved doubles back, one level at a time;
 each time a size fails again, it waits twice as long before retrying that size. On Linux the
 kernel's OOM killer ends a process before any allocation fails, so when host memory passes
 ``HOST_CRITICAL`` it halves the micro-batch ahead of time and asks for a checkpoint. Every
-change is logged by the loop with the reason given here.
-"""
+change is logged by the loop with the reason given here."""
 
 from __future__ import annotations
 
@@ -30,7 +29,7 @@ from attrs import frozen
 
 from trm import hookimpl
 from trm.control import TrainControl, accumulation_steps, fit_micro_batch
-from trm.device.memory import free_cached_memory, used_fraction
+from trm.device.contract import HOST, DeviceBackend
 from trm.device.oom import memory_kind
 from trm.state import TrainState, recomputes_activations
 
@@ -57,10 +56,11 @@ class MemoryPressure:
         return text if self.device is None else f"{text}, device {self.device:.0%}"
 
 
-def read_pressure(device: torch.device) -> MemoryPressure:
-    """The current pressure on the host and on ``device`` (reads only; resets nothing)."""
+def read_pressure(device: torch.device, backend: DeviceBackend = HOST) -> MemoryPressure:
+    """The current pressure on the host and on ``device``, as its ``backend`` reads it
+    (reads only; resets nothing)."""
     host = psutil.virtual_memory().percent / 100.0
-    return MemoryPressure(host=host, device=used_fraction(device))
+    return MemoryPressure(host=host, device=backend.used_fraction(device))
 
 
 def recomputation_available(state: TrainState) -> bool:
@@ -94,8 +94,10 @@ class MemoryGuard:
         self.last_critical_step = -(10**9)
         self.oom_step = -1
 
-    def read(self, device: torch.device) -> MemoryPressure:
-        return (self.reader or read_pressure)(device)
+    def read(self, state: TrainState) -> MemoryPressure:
+        if self.reader is not None:
+            return self.reader(state.device)
+        return read_pressure(state.device, state.backend)
 
     def halve(self, state: TrainState, control: TrainControl, reason: str) -> bool:
         old = state.micro_batch_size
@@ -128,11 +130,11 @@ class MemoryGuard:
     def on_out_of_memory(
         self, state: TrainState, error: BaseException, control: TrainControl
     ) -> None:
-        free_cached_memory(state.device)
+        state.backend.free_cached_memory(state.device)
         size = state.micro_batch_size
         self.oom_step = state.step + 1  # the step being retried does not count as low pressure
         self.failures[size] = self.failures.get(size, 0) + 1
-        kind = memory_kind(error)
+        kind = memory_kind(error, state.backend)
         if recomputation_available(state):
             control.set_activation_checkpointing(
                 True,
@@ -145,7 +147,7 @@ class MemoryGuard:
 
     @hookimpl
     def on_step(self, state: TrainState, metrics: dict, control: TrainControl) -> None:
-        pressure = self.read(state.device)
+        pressure = self.read(state)
         if pressure.worst >= HIGH_PRESSURE:
             self.low_streak = 0
             if not self.warned_high:

@@ -13,6 +13,7 @@ import torch
 
 from trm import hookimpl
 from trm.device.compile import choose_compile
+from trm.device.contract import DeviceBackend
 from trm.hardware import HardwareProfile
 from trm.measure.flops import matmul_bound
 from trm.plugins.launch_env import ensure_env
@@ -42,18 +43,85 @@ def mps_supports_bf16() -> bool:
 def choose_mps_precision(setting: str, bf16_ok: bool) -> tuple[str, list[str]]:
     """``runtime.precision`` on MPS: (precision, notices).
 
-    ``auto`` is bf16 autocast where macOS supports it, else fp32; fp16 only when asked for
-    (no loss scaling in the loop); bf16 asked for where unsupported falls back to fp32.
+    ``auto`` is fp32: Apple GPUs have no bf16 matrix units that autocast would use (the tiers
+    say the same, plugins/tiers.py ``native_bf16``), and bf16 on MPS is not measured faster
+    here (no Mac has run it). bf16 is used when asked for and macOS supports it (14+), else
+    fp32; fp16 only when asked for (no loss scaling in the loop).
     """
     notes: list[str] = []
     if setting == "auto":
-        return ("bf16" if bf16_ok else "fp32"), notes
+        return "fp32", notes
     if setting == "bf16" and not bf16_ok:
         notes.append("bf16 on MPS needs macOS 14 or newer; training in fp32")
         return "fp32", notes
     if setting == "fp16":
         notes.append("fp16 autocast without loss scaling: watch for a loss that stops moving")
     return setting, notes
+
+
+class MpsDevice(DeviceBackend):
+    """The device contract on the Apple GPU: unified memory (the host's budget is its budget),
+    MPS's allocator, its own generator, no torch.compile (experimental on MPS).
+
+    MPS keeps no peak counter: :meth:`step_peak_mb` is the driver's allocation at the step's
+    end, which holds the blocks the step freed into MPS's cache, so it bounds the step's peak
+    allocation from above, as closely as MPS lets anyone measure."""
+
+    name = "mps"
+    torch_type = "mps"
+    has_device_memory = True
+
+    def is_available(self) -> str | None:
+        return None if is_available() else UNAVAILABLE_REASON
+
+    def machine_devices(self, hardware: HardwareProfile) -> list[str]:
+        return ["mps"] if hardware.mps_available else []
+
+    def budget_bytes(self, hardware: HardwareProfile, device: str) -> int | None:
+        return hardware.memory_budget_bytes
+
+    def shares_host_memory(self, hardware: HardwareProfile, device: str) -> bool:
+        return bool(hardware.unified_memory)
+
+    def compile_unavailable_reason(self) -> str | None:
+        return "torch.compile on MPS is experimental"
+
+    def step_peak_mb(self, device: torch.device) -> float | None:
+        return round(torch.mps.driver_allocated_memory() / 2**20, 1)
+
+    def synchronize(self, device: torch.device) -> None:
+        torch.mps.synchronize()
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        return isinstance(error, RuntimeError) and "mps backend out of memory" in str(error).lower()
+
+    def memory_kind(self, error: BaseException) -> str:
+        return "MPS device"
+
+    def free_cached_memory(self, device: torch.device) -> None:
+        super().free_cached_memory(device)
+        torch.mps.empty_cache()
+
+    def used_fraction(self, device: torch.device) -> float | None:
+        limit = torch.mps.recommended_max_memory()
+        return torch.mps.driver_allocated_memory() / limit if limit else None
+
+    def rng_state(self, device: torch.device) -> torch.Tensor | None:
+        return torch.mps.get_rng_state()
+
+    def set_rng_state(self, state: torch.Tensor, device: torch.device) -> None:
+        torch.mps.set_rng_state(state)
+
+    def describe(self) -> str:
+        return "mps (the Apple GPU)"
+
+
+MPS = MpsDevice()
+
+
+@hookimpl
+def device_backends() -> list[DeviceBackend]:
+    return [MPS]
 
 
 @hookimpl
@@ -65,16 +133,23 @@ def detect_hardware() -> HardwareProfile:
 def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | None:
     """Answer for ``auto`` and ``mps`` when the Apple GPU is usable."""
     runtime = spec.runtime
-    if runtime.device not in ("auto", "mps") or not is_available():
+    if runtime.device != "auto" and not MPS.claims(runtime.device):
+        return None
+    if not is_available():
         return None
     notes = ensure_env(FALLBACK_ENV, "mps", "operators MPS lacks run on the CPU")
     precision, precision_notes = choose_mps_precision(runtime.precision, mps_supports_bf16())
     notes.extend(precision_notes)
-    compile_on, compile_note = choose_compile(runtime.compile, "mps", matmul_bound(spec.arch))
+    compile_on, compile_note = choose_compile(runtime.compile, MPS, matmul_bound(spec.arch))
     if compile_note:
         notes.append(compile_note)
     threads = runtime.threads or max(1, hardware.physical_cores or 1)
     torch.set_num_threads(threads)
     return RuntimeChoice(
-        device="mps", precision=precision, threads=threads, compile=compile_on, notes=tuple(notes)
+        device="mps",
+        precision=precision,
+        threads=threads,
+        compile=compile_on,
+        notes=tuple(notes),
+        backend=MPS,
     )

@@ -10,9 +10,10 @@ batch and picks, in this order:
    extreme mode on the host, ``runtime.host_memory = "system"`` (``auto`` only): reused host
    memory (trm.device.host_memory) is faster but its peak varies more from run to run;
 3. the largest micro-batch whose estimated peak stays ``ESTIMATE_MARGIN`` (5 points of the
-   budget) under the target, with gradient
-   accumulation making up the rest (the last micro-batch of a step takes the remaining rows
-   when the size does not divide the global batch, so the global batch is always kept); an explicit
+   budget) under the target, with gradient accumulation making up the rest. Only sizes that
+   divide this process's rows of the global batch (all of it with one process) are tried, so
+   every micro-batch of a step has the same shape (an uneven last one would cost a second
+   compiled graph) and the global batch is always kept; an explicit
    ``runtime.micro_batch_size`` that already fits is kept (so a spec written for one tier
    runs unchanged under another);
    With ``runtime.activation_checkpointing = "auto"``, the tier turns recomputation on
@@ -34,6 +35,7 @@ count to choose. Every change is returned as a :class:`trm.spec.Change`.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -41,6 +43,7 @@ import attrs
 
 from trm import hookimpl
 from trm.control import accumulation_steps
+from trm.device.distributed import env_world
 from trm.hardware import HardwareProfile, format_bytes
 from trm.measure.flops import matmul_bound, model_flops
 from trm.memory import MODE_TARGETS, MemoryEstimate
@@ -66,12 +69,17 @@ HALF_SPEED_MICRO_BATCH = {"host": 0.5, "device": 16.0}
 
 
 def native_bf16(hardware: HardwareProfile, estimate: MemoryEstimate) -> bool:
-    """Whether the device the run uses multiplies bf16 natively."""
+    """Whether the device the run uses multiplies bf16 natively. On a GPU that is this
+    process's GPU: the one of ``LOCAL_RANK`` under torchrun (the cuda backend's choice),
+    else the first; a GPU whose bf16 support is unknown counts as not native."""
     if estimate.device_budget_bytes is not None and not estimate.unified_memory:
+        local_rank = env_world().local_rank
         gpus = hardware.gpus or ()
         if gpus:
-            return bool(gpus[0].bf16)
-        return any("bf16" in name for name in hardware.cuda_devices or ())
+            mine = next((gpu for gpu in gpus if gpu.index == local_rank), None)
+            return bool(mine is not None and mine.bf16)
+        names = hardware.cuda_devices or ()
+        return local_rank < len(names) and "bf16" in names[local_rank]
     if estimate.unified_memory:
         return False  # MPS: bf16 autocast is not faster than fp32 on Apple GPUs
     return bool(hardware.cpu_native_bf16)
@@ -95,30 +103,46 @@ def _get(spec: RunSpec, key: str) -> Any:
     return getattr(getattr(spec, section), name)
 
 
+def process_rows(spec: RunSpec) -> int:
+    """This process's rows of the global batch: all of them, or its share under torchrun
+    (the ranks split the global batch evenly; see ``World.rows``)."""
+    world = env_world().size
+    return max(1, spec.train.global_batch_size // max(1, world))
+
+
+def micro_batch_sizes(rows: int) -> list[int]:
+    """The micro-batch sizes a tier may pick for ``rows`` rows: its divisors, ascending."""
+    small = [d for d in range(1, math.isqrt(rows) + 1) if rows % d == 0]
+    return sorted({*small, *(rows // d for d in small)})
+
+
 def largest_fitting_micro_batch(
     spec: RunSpec, estimate: MemoryEstimate, target: float
 ) -> tuple[int | None, MemoryEstimate | None]:
-    """The largest micro-batch (1 to the global batch) whose estimate stays within ``target``,
-    with that estimate; (None, None) when a micro-batch of 1 does not fit.
+    """The largest micro-batch that divides this process's rows (:func:`process_rows`) whose
+    estimate stays within ``target``, with that estimate; (None, None) when a micro-batch of
+    1 does not fit.
 
-    A binary search: estimates grow with the micro-batch (a property trm.testing checks).
+    A binary search over the divisors: estimates grow with the micro-batch (a property
+    trm.testing checks).
     """
 
     def trial(micro: int) -> MemoryEstimate:
         return estimate.for_spec(_set(spec, "runtime.micro_batch_size", micro))
 
-    low, high = 1, spec.train.global_batch_size
-    best = trial(low)
+    sizes = micro_batch_sizes(process_rows(spec))
+    low, high = 0, len(sizes) - 1
+    best = trial(sizes[low])
     if not best.fits(target):
         return None, None
-    while low < high:  # invariant: low fits; everything above high does not
+    while low < high:  # invariant: sizes[low] fits; every size above sizes[high] does not
         middle = (low + high + 1) // 2
-        candidate = trial(middle)
+        candidate = trial(sizes[middle])
         if candidate.fits(target):
             low, best = middle, candidate
         else:
             high = middle - 1
-    return low, best
+    return sizes[low], best
 
 
 def recompute_cost(spec: RunSpec) -> float:
@@ -293,13 +317,15 @@ def adapt(
         micro, fitted = largest_fitting_micro_batch(spec, estimate, planned)
     assert fitted is not None
     share = fitted.budget_fraction() or 0.0
-    accumulation = accumulation_steps(micro, spec.train.global_batch_size)
+    rows = process_rows(spec)
+    accumulation = accumulation_steps(micro, rows)
+    whose = "" if rows == spec.train.global_batch_size else f"this process's {rows} rows of "
     change(
         "runtime.micro_batch_size",
         micro,
-        f"largest micro-batch under {goal} (planned {planned:.0%}, a margin for estimate "
-        f"error): predicted peak {share:.0%} of it, "
-        f"{accumulation} accumulation step(s) keep the global batch "
+        f"largest micro-batch dividing {whose}the global batch under {goal} (planned "
+        f"{planned:.0%}, a margin for estimate error): predicted peak {share:.0%} of it, "
+        f"{accumulation} equal accumulation step(s) keep the global batch "
         f"{spec.train.global_batch_size}",
     )
     return spec, changes

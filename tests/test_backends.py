@@ -3,21 +3,20 @@ speed paths (position-major layout, weights cast once per supervision step)."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
-from attrs import evolve
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import trm.device.compile as trm_compile
-from trm.device.compile import choose_compile, compile_for_runtime, compile_unavailable_reason
+from trm.device.compile import choose_compile, compile_network, is_compiled
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile
 from trm.model import ACTLoss, AdamATan2, TinyRecursiveModel, build_optimizers
 from trm.model.optim import fused_adamw_supported
 from trm.plugin_manager import load_plugins
 from trm.plugins import cpu, cuda, launch_env, mkl, mps
-from trm.runtime import RuntimeChoice
 from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec
 
 LARGE = ArchSpec()  # the paper's 512-wide network
@@ -31,44 +30,42 @@ def spec_with(arch: ArchSpec = LARGE, **runtime: object) -> RunSpec:
 @pytest.fixture(autouse=True)
 def _keep_threads_and_tf32():
     threads = torch.get_num_threads()
-    tf32 = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    tf32 = (torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision)
     yield
     torch.set_num_threads(threads)
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = tf32
 
 
 # ------------------------------------------------------------------ compile decisions
 
 
 def test_compile_auto_needs_a_large_network_and_a_compiler(monkeypatch) -> None:
-    monkeypatch.setattr(trm_compile, "cpp_compiler", lambda: "/usr/bin/g++")
-    assert choose_compile("auto", "cpu", large_network=True) == (True, None)
-    on, note = choose_compile("auto", "cpu", large_network=False)
+    monkeypatch.setattr(cpu, "cpp_compiler", lambda: "/usr/bin/g++")
+    assert choose_compile("auto", cpu.CPU, large_network=True) == (True, None)
+    on, note = choose_compile("auto", cpu.CPU, large_network=False)
     assert not on and "small" in note
-    assert choose_compile("off", "cpu") == (False, None)
-    monkeypatch.setattr(trm_compile, "cpp_compiler", lambda: None)
-    on, note = choose_compile("auto", "cpu")
+    assert choose_compile("off", cpu.CPU) == (False, None)
+    monkeypatch.setattr(cpu, "cpp_compiler", lambda: None)
+    on, note = choose_compile("auto", cpu.CPU)
     assert not on and note.startswith("running eager") and "C++ compiler" in note
     with pytest.raises(TrmError, match=r"runtime\.compile = 'on'"):
-        choose_compile("on", "cpu")
+        choose_compile("on", cpu.CPU)
 
 
 def test_compile_on_mps_is_treated_as_unavailable() -> None:
-    assert "experimental" in compile_unavailable_reason("mps")
+    assert "experimental" in mps.MPS.compile_unavailable_reason()
 
 
 def test_compiling_keeps_state_dict_keys_and_is_idempotent() -> None:
     model = TinyRecursiveModel(ArchSpec(hidden_size=16, num_heads=2, L_layers=1), 4, 5, 2)
     keys = list(model.state_dict())
-    runtime = RuntimeChoice(device="cpu", precision="fp32", threads=1, compile=True)
-    compile_for_runtime(model, runtime)
+    compile_network(model, cpu.CPU)
     compiled_call = model.net._compiled_call_impl
     assert compiled_call is not None and list(model.state_dict()) == keys
-    compile_for_runtime(model, runtime)
-    assert model.net._compiled_call_impl is compiled_call
+    compile_network(model, cpu.CPU)
+    assert model.net._compiled_call_impl is compiled_call and is_compiled(model)
     eager = TinyRecursiveModel(ArchSpec(hidden_size=16, num_heads=2, L_layers=1), 4, 5, 2)
-    compile_for_runtime(eager, evolve(runtime, compile=False))
-    assert eager.net._compiled_call_impl is None
+    assert not is_compiled(eager)
 
 
 # ------------------------------------------------------------------ cpu
@@ -94,7 +91,7 @@ def test_cpu_precision_choice(setting, native, large, expected) -> None:
 
 
 def test_cpu_backend_uses_physical_cores_and_answers_only_for_cpu(monkeypatch) -> None:
-    monkeypatch.setattr(trm_compile, "cpp_compiler", lambda: "/usr/bin/g++")
+    monkeypatch.setattr(cpu, "cpp_compiler", lambda: "/usr/bin/g++")
     hardware = HardwareProfile(physical_cores=1, logical_cores=2, cpu_native_bf16=True)
     choice = cpu.configure_cpu(spec_with(), hardware)
     assert choice.device == "cpu" and choice.threads == 1 and torch.get_num_threads() == 1
@@ -134,11 +131,12 @@ def test_cuda_plugin_is_off_and_silent_without_a_gpu(monkeypatch) -> None:
 def test_cuda_on_ampere_uses_bf16_tf32_and_the_local_rank(monkeypatch) -> None:
     chosen = fake_cuda(monkeypatch, (8, 0))
     monkeypatch.setenv("LOCAL_RANK", "1")
-    monkeypatch.setattr(trm_compile.importlib.util, "find_spec", lambda name: object())
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object())
     choice = cuda.configure_runtime(spec_with(), HardwareProfile(physical_cores=4))
     assert choice.device == "cuda:1" and chosen == [1]
     assert choice.precision == "bf16" and choice.compile and choice.threads == 4
-    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    assert torch.backends.cudnn.conv.fp32_precision == "tf32"
     assert any("TF32" in n for n in choice.notes)
     profile = cuda.detect_hardware()
     assert profile.cuda_memory_bytes == 16 * 2**30 and len(profile.gpus) == 2
@@ -150,14 +148,14 @@ def test_cuda_on_ampere_uses_bf16_tf32_and_the_local_rank(monkeypatch) -> None:
 def test_cuda_before_ampere_trains_fp32_without_tf32(monkeypatch) -> None:
     fake_cuda(monkeypatch, (7, 0))
     monkeypatch.delenv("LOCAL_RANK", raising=False)
-    monkeypatch.setattr(trm_compile.importlib.util, "find_spec", lambda name: None)
-    torch.backends.cuda.matmul.allow_tf32 = False
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    torch.backends.cuda.matmul.fp32_precision = "ieee"
     choice = cuda.configure_runtime(spec_with(), HardwareProfile())
     assert choice.device == "cuda:0" and choice.precision == "fp32"
-    assert not torch.backends.cuda.matmul.allow_tf32
+    assert torch.backends.cuda.matmul.fp32_precision == "ieee"
     assert not choice.compile and any("Triton" in n for n in choice.notes)
     assert cuda.configure_runtime(spec_with(device="cpu"), HardwareProfile()) is None
-    fp16, notes = cuda.choose_cuda_precision("fp16", cuda.cuda_device(0))
+    fp16, notes = cuda.choose_cuda_precision("fp16", cuda.cuda_gpu(0))
     assert fp16 == "fp16" and any("loss scaling" in n for n in notes)
 
 
@@ -165,7 +163,7 @@ def test_cuda_before_ampere_trains_fp32_without_tf32(monkeypatch) -> None:
 
 
 def test_mps_precision_choice() -> None:
-    assert mps.choose_mps_precision("auto", True)[0] == "bf16"
+    assert mps.choose_mps_precision("auto", True)[0] == "fp32"  # as the tiers decide
     assert mps.choose_mps_precision("auto", False)[0] == "fp32"
     precision, notes = mps.choose_mps_precision("bf16", False)
     assert precision == "fp32" and "macOS 14" in notes[0]
@@ -176,7 +174,7 @@ def test_mps_backend_asks_for_the_cpu_fallback_and_runs_eager(monkeypatch) -> No
     monkeypatch.setattr(mps, "mps_supports_bf16", lambda: True)
     monkeypatch.delenv("PYTORCH_ENABLE_MPS_FALLBACK", raising=False)
     choice = mps.configure_runtime(spec_with(), HardwareProfile(physical_cores=2))
-    assert choice.device == "mps" and choice.precision == "bf16" and not choice.compile
+    assert choice.device == "mps" and choice.precision == "fp32" and not choice.compile
     assert any("PYTORCH_ENABLE_MPS_FALLBACK=1" in n for n in choice.notes)
     monkeypatch.setattr(mps, "is_available", lambda: False)
     assert mps.configure_runtime(spec_with(), HardwareProfile()) is None

@@ -18,6 +18,7 @@ from trm.hardware import HardwareProfile
 from trm.memory import MemoryItem
 from trm.model.trm import TinyRecursiveModel
 from trm.plugins import memory_estimator
+from trm.plugins.cuda import CUDA
 from trm.runtime import RuntimeChoice
 from trm.spec import ArchSpec, RunSpec, TrainSpec
 from trm.testing import check_memory_estimator
@@ -294,7 +295,7 @@ def test_checkpointing_splits_activations_into_inputs_and_one_recomputed_call():
 def test_cuda_runs_put_model_items_on_the_device_and_add_the_context():
     spec = RunSpec(train=TrainSpec(global_batch_size=8))
     items = memory_estimator.estimate_items(
-        spec, HardwareProfile(), RuntimeChoice("cuda", "bf16", 1, False), SUDOKU, 0
+        spec, HardwareProfile(), RuntimeChoice("cuda", "bf16", 1, False, backend=CUDA), SUDOKU, 0
     )
     where = {item.name: item.location for item in items}
     assert where["activations"] == "device" and where["data-loader buffers"] == "host"

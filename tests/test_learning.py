@@ -11,6 +11,7 @@ import torch
 from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
 from trm.data.shape import read_shape
+from trm.device.contract import host_placement
 from trm.model import build_model
 from trm.spec import load_spec
 from trm.train.evaluate import evaluate
@@ -63,9 +64,7 @@ def untrained_exact_accuracy(run_dir: Path) -> float:
     torch.manual_seed(spec.train.seed)
     split = open_split(run_dir / "data" / "test")
     model = build_model(spec.arch, read_shape(run_dir / "data", "test"))
-    result = evaluate(
-        model, SplitIndex(split), spec.arch.halt_max_steps, 256, torch.device("cpu"), None
-    )
+    result = evaluate(model, SplitIndex(split), spec.arch.halt_max_steps, 256, host_placement())
     return result["exact_accuracy"]
 
 

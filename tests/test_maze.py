@@ -14,6 +14,7 @@ from tests.conftest import assert_one_line_error
 from trm.data.puzzle_dataset import open_split, read_identifiers
 from trm.data.shape import read_shape
 from trm.data.source import DataSource
+from trm.device.contract import host_placement
 from trm.errors import TrmError
 from trm.plan.dataset import data_sources
 from trm.plugin_manager import load_plugins
@@ -661,8 +662,7 @@ def test_a_small_trm_learns_to_find_paths_in_small_mazes(tmp_path):
         index,
         spec.arch.halt_max_steps,
         128,
-        torch.device("cpu"),
-        None,
+        host_placement(),
         300,
         MazeSource().task_metrics,
     )

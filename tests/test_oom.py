@@ -27,8 +27,11 @@ from tests.tiny_run import (
 )
 from trm.cli.main import main
 from trm.control import TrainControl
+from trm.device.contract import HOST
 from trm.device.oom import is_out_of_memory, memory_kind
 from trm.plugins import memory_guard
+from trm.plugins.cuda import CUDA
+from trm.plugins.mps import MPS
 from trm.spec import load_spec
 
 
@@ -47,7 +50,7 @@ def tiny(tmp_path_factory):
 def quiet_memory(monkeypatch):
     """Low, steady pressure, so only injected faults change the micro-batch."""
     monkeypatch.setattr(
-        memory_guard, "read_pressure", lambda device: memory_guard.MemoryPressure(host=0.3)
+        memory_guard, "read_pressure", lambda *_: memory_guard.MemoryPressure(host=0.3)
     )
 
 
@@ -62,8 +65,8 @@ def test_oom_at_three_steps_gives_the_same_weights_and_samples_as_an_uninterrupt
     tiny, tmp_path, cli, monkeypatch
 ):
     run_dir = tmp_path / "run"
-    # device OOM at step 3, host OOM in the second micro-batch of step 6, MPS-style at step 9
-    monkeypatch.setenv("TRM_FAULTS", "oom@3,oom-host@6:1,oom-mps@9")
+    # device OOM at step 3, host OOM in the second micro-batch of step 6, device OOM at step 9
+    monkeypatch.setenv("TRM_FAULTS", "oom@3,oom-host@6:1,oom@9")
     result = cli("run", tiny.spec, "--out", run_dir, "--plugins", "faults", *HALVING)
     assert result.code == 0, result.err
 
@@ -71,7 +74,7 @@ def test_oom_at_three_steps_gives_the_same_weights_and_samples_as_an_uninterrupt
     assert [(e["step"], e["micro_batch_size"]) for e in oom] == [(3, 8), (6, 4), (9, 2)]
     changes = events(run_dir, "micro_batch")
     assert [(e["step"], e["old"], e["new"]) for e in changes] == [(3, 8, 4), (6, 4, 2), (9, 2, 1)]
-    assert "CUDA device" in changes[0]["reason"] and "host" in changes[1]["reason"]
+    assert "out of device memory" in changes[0]["reason"] and "host" in changes[1]["reason"]
     assert "accumulation 1 -> 2" in changes[0]["reason"]
     assert "step 3: out of memory at micro-batch 8" in result.err
 
@@ -150,7 +153,9 @@ def test_oom_at_a_micro_batch_that_fits_only_with_recomputation_switches_it_on(
     assert "memory-guard recomputes activations" in switch["reason"]
     assert events(run_dir, "micro_batch") == []
     lines = [ln for ln in result.err.splitlines() if "activation checkpointing on" in ln]
-    assert len(lines) == 1 and "step 3: activation checkpointing on: out of CUDA" in lines[0]
+    assert (
+        len(lines) == 1 and "step 3: activation checkpointing on: out of device memory" in lines[0]
+    )
     rows = [r for r in metrics(run_dir) if "kind" not in r]
     assert [r["micro_batch_size"] for r in rows] == [GLOBAL_BATCH] * TOTAL_STEPS
     assert summary(run_dir)["samples"] == TOTAL_STEPS * GLOBAL_BATCH
@@ -183,7 +188,7 @@ class _Loop:
     def __init__(self, spec_path, micro: int) -> None:
         spec = load_spec(spec_path)
         self.state = SimpleNamespace(
-            spec=spec, micro_batch_size=micro, step=0, device=torch.device("cpu")
+            spec=spec, micro_batch_size=micro, step=0, device=torch.device("cpu"), backend=HOST
         )
         self.pressure = memory_guard.MemoryPressure(host=0.3)
         self.guard = memory_guard.MemoryGuard(reader=lambda device: self.pressure)
@@ -260,9 +265,11 @@ def test_out_of_memory_errors_of_every_backend_are_recognised():
     mps = RuntimeError("MPS backend out of memory (MPS allocated: 1.2 GB)")
     host = RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB")
     windows = RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 8 GB")
-    for error in (cuda, mps, host, windows, MemoryError()):
+    for error in (cuda, host, windows, MemoryError()):
         assert is_out_of_memory(error), error
-    assert [memory_kind(e) for e in (cuda, mps, host, MemoryError())] == [
+    assert not is_out_of_memory(mps) and is_out_of_memory(mps, MPS)  # the backend knows its own
+    kinds = [memory_kind(cuda, CUDA), memory_kind(mps, MPS), memory_kind(host, CUDA)]
+    assert [*kinds, memory_kind(MemoryError())] == [
         "CUDA device",
         "MPS device",
         "host",

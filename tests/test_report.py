@@ -17,6 +17,7 @@ from matplotlib.image import imread
 from tests.conftest import assert_one_line_error
 from tests.tiny_run import build_tiny_data, metrics, summary, write_spec
 from trm.cli.main import main
+from trm.device.contract import host_placement
 from trm.model import TinyRecursiveModel
 from trm.report.detect import (
     LEAK_MB_PER_1K_STEPS,
@@ -296,7 +297,7 @@ def _eval_batch(runs, q_bias: tuple[float, float]) -> tuple[dict, dict]:
         for name in ("inputs", "labels")
     }
     batch["puzzle_identifiers"] = torch.zeros(8, dtype=torch.long)
-    outputs, halt_steps = run_all_steps(model, batch, spec.arch.halt_max_steps, "cpu", None)
+    outputs, halt_steps = run_all_steps(model, batch, spec.arch.halt_max_steps, host_placement())
     sums: dict[str, float] = {}
     add_halting_sums(sums, model, outputs, halt_steps, batch["labels"])
     exact = (outputs["logits"].argmax(-1) == batch["labels"]).all(-1).float().mean().item()

@@ -207,6 +207,16 @@ def print_profile(hardware: HardwareProfile) -> None:
             f", sm {describe(gpu.compute_capability)}, bf16 {describe(gpu.bf16)}, "
             f"{describe(gpu.temperature_c, ' C')}, {describe(gpu.power_w, ' W')}"
         )
+    shown = {(gpu.index, gpu.name) for gpu in h.gpus or ()}
+    for acc in h.accelerators or ():
+        if (acc.index, acc.name) in shown:
+            continue  # a GPU shown above, in detail
+        chips = f" x{acc.count}" if acc.count and acc.count > 1 else ""
+        print(
+            f"  {acc.kind} {acc.index:<{max(1, 23 - len(acc.kind))}} {describe(acc.name)}{chips}, "
+            f"{describe(acc.generation)}, {describe(acc.memory_total_bytes, 'bytes')}, "
+            f"bf16 {describe(acc.bf16)}"
+        )
     for speed in h.device_speeds or ():
         print(
             f"  measured {speed.device:<17} fp32 {describe(speed.matmul_fp32_gflops)} GFLOP/s, "
@@ -253,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
     if args.benchmark:
         if not args.json:
             info("measuring matmul, memory bandwidth and disk speed (a few seconds) …")
-        speeds, disk, cache = run_benchmark(hardware, RUNS_ROOT)
+        speeds, disk, cache = run_benchmark(hardware, RUNS_ROOT, pm.device_backends())
         hardware = attrs.evolve(hardware, device_speeds=speeds, disk_write_mb_per_s=disk)
         if not args.json:
             info(f"cached in {cache}")

@@ -25,7 +25,6 @@ from trm.cli.output import info, print_json
 from trm.data.evaluator import RunRows, TaskEvaluator
 from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
-from trm.device.transfer import to_device
 from trm.errors import TrmError
 from trm.plan.dataset import find_data_source
 from trm.plan.pipeline import detect_hardware, runtime_here
@@ -141,7 +140,6 @@ def _data_dir(args: argparse.Namespace, payload: dict) -> Path:
 
 def run_eval(args: argparse.Namespace) -> int:
     pm, payload, runtime, spec, model = _restore(args)
-    device = torch.device(runtime.device)
     data_dir = _data_dir(args, payload)
     split = args.split if args.split is not None else spec.data.eval_split
     check_eval_data(payload, data_dir, split, given=args.split is not None)
@@ -153,8 +151,7 @@ def run_eval(args: argparse.Namespace) -> int:
         index,
         spec.arch.halt_max_steps,
         args.batch_size,
-        device,
-        runtime.autocast_dtype,
+        runtime.placement(),
         args.max_examples,
         getattr(source, "task_metrics", None),
         evaluator,
@@ -313,7 +310,7 @@ def _solve_data_dir(args: argparse.Namespace, payload: dict) -> Path | None:
 
 def _row_runner(model: Any, payload: dict, spec: RunSpec, runtime: Any) -> RunRows:
     """The model as :data:`trm.data.evaluator.RunRows`, in batches of SOLVE_BATCH rows."""
-    device = torch.device(runtime.device)
+    placement = runtime.placement()
     shape = checkpoint_shape(payload)
 
     def run(inputs: np.ndarray, identifiers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -332,10 +329,8 @@ def _row_runner(model: Any, payload: dict, spec: RunSpec, runtime: Any) -> RunRo
         for start in range(0, len(inputs), SOLVE_BATCH):
             rows = slice(start, start + SOLVE_BATCH)
             batch = {"inputs": inputs[rows], "labels": inputs[rows]}
-            batch = to_device({**batch, "puzzle_identifiers": identifiers[rows]}, device)
-            tokens, q_halt = predict_with_halt(
-                model, batch, spec.arch.halt_max_steps, device, runtime.autocast_dtype
-            )
+            batch = placement.to_device({**batch, "puzzle_identifiers": identifiers[rows]})
+            tokens, q_halt = predict_with_halt(model, batch, spec.arch.halt_max_steps, placement)
             answers.append(tokens.cpu().numpy())
             confidences.append(confidence(q_halt))
         if not answers:
@@ -369,24 +364,19 @@ def _solve_task(
 
 def run_solve(args: argparse.Namespace) -> int:
     pm, payload, runtime, spec, model = _restore(args)
-    device = torch.device(runtime.device)
+    placement = runtime.placement()
     source = _source(pm, spec)
     if callable(getattr(source, "solve_task", None)):
         return _solve_task(args, payload, spec, runtime, model, source)
     question = _parse(source, args.puzzle, checkpoint_shape(payload).seq_len)
-    batch = to_device(
+    batch = placement.to_device(
         {
             "inputs": question[None, :],
             "labels": question[None, :],
             "puzzle_identifiers": np.zeros(1, dtype=np.int64),
-        },
-        device,
+        }
     )
-    answer = (
-        predict(model, batch, spec.arch.halt_max_steps, device, runtime.autocast_dtype)[0]
-        .cpu()
-        .numpy()
-    )
+    answer = predict(model, batch, spec.arch.halt_max_steps, placement)[0].cpu().numpy()
     valid = bool(source.check_answer(question, answer))
     solvable = _solvable(source, question)
     task_metrics = getattr(source, "task_metrics", None)

@@ -24,6 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
         data_cmd,
         estimate_cmd,
         eval_cmd,
+        export_cmd,
+        import_cmd,
         plugins_cmd,
         report_cmd,
         run_cmd,
@@ -55,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
         analyze_cmd,
         estimate_cmd,
         report_cmd,
+        import_cmd,
+        export_cmd,
     ):
         module.register(commands, common)
     return parser

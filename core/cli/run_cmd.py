@@ -26,7 +26,7 @@ from trm.paths import default_run_dir
 from trm.plan import plan_run
 from trm.plan.build import BUILD_RECORD
 from trm.plan.dataset import ensure_dataset
-from trm.plan.pipeline import Plan
+from trm.plan.pipeline import Plan, check_device
 from trm.plan.run_dir import (
     check_checkpoint_room,
     check_reuse,
@@ -74,6 +74,13 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
         help="checkpoint every N steps or every DURATION (90s, 10m, 1h); default "
         "train.checkpoint_interval_steps, else about every 10 minutes",
     )
+    parser.add_argument(
+        "--init-from",
+        type=Path,
+        metavar="CHECKPOINT",
+        help="start a new run from these weights (a trm run or checkpoint, or a reference "
+        "step_N file); the puzzle table of another dataset starts as its mean row",
+    )
     parser.set_defaults(func=run)
 
 
@@ -97,33 +104,43 @@ def resume_command(args: argparse.Namespace, run_dir: Path, world: World | None 
     # --resume and --replace are left out: the default (auto) continues this run
     if args.checkpoint_every:
         words += ["--checkpoint-every", args.checkpoint_every]
+    if getattr(args, "init_from", None) is not None:  # ignored once the run has a checkpoint
+        words += ["--init-from", str(args.init_from)]
     return shlex.join(words)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.resume not in ("auto", "never") and not Path(args.resume).exists():
         raise TrmError(f"--resume {args.resume}: no such checkpoint file or run directory")
+    if args.init_from is not None and not args.init_from.exists():
+        raise TrmError(f"--init-from {args.init_from}: no such checkpoint file or folder")
     if args.replace and args.resume != "never":
         raise TrmError("--replace starts afresh: use it with --resume never")
     interval = parse_interval(args.checkpoint_every) if args.checkpoint_every else None
     spec = apply_overrides(load_spec(resolve_spec_path(args.spec)), args.set)
-    world = distributed.start()  # one process unless torchrun started several
+    pm = load_plugins(args.plugins)
+    check_device(pm, spec.runtime.device)  # before anything is written or joined
+    # one process unless torchrun started several; the backends name their process groups
+    world = distributed.start(pm.device_backends())
     set_rank(world.rank)
     try:
         world.rows(spec.train.global_batch_size)  # TrmError unless it divides among the ranks
         with _quiet_stdout(not world.is_first):  # rank 0 alone shows progress
-            return _run(args, spec, interval, world)
+            return _run(args, spec, interval, world, pm)
     finally:
         distributed.finish()
 
 
 def _run(
-    args: argparse.Namespace, spec: RunSpec, interval: tuple[int, float] | None, world: World
+    args: argparse.Namespace,
+    spec: RunSpec,
+    interval: tuple[int, float] | None,
+    world: World,
+    pm: TrmPluginManager,
 ) -> int:
     """``trm run`` on one process, or on one rank of a torchrun job (see docs/distributed.md):
     rank 0 checks and locks the run directory, plans and builds the data while the others
     wait; then every rank plans for itself with rank 0's model and training settings."""
-    pm = load_plugins(args.plugins)
     info(f"plugins on: {', '.join(pm.enabled_names())}")
     if not pm.hook.save_checkpoint.get_hookimpls():
         info(
@@ -184,6 +201,7 @@ def _run(
             checkpoint_interval=interval,
             on_accepted=accepted,
             reader=plan.reader,
+            init_from=args.init_from,
         )
         summary = trainer.fit()
     finally:

@@ -7,8 +7,11 @@ the sampler's pure function of (seed, step) — a reader only decides *how* they
 The protocol (:class:`DataReader`) is what the ``open_dataset`` hook returns; a third party
 can implement it. Built in:
 
-- ``memory`` (this module, :class:`MemoryReader`): the split's arrays loaded into RAM, each
-  step gathered when the loop asks — fastest for data that fit;
+- ``memory`` (this module, :class:`MemoryReader`): the split's arrays held in memory — the
+  memory-mapped files read through once, so their pages sit in the OS page cache, which
+  every process of a node shares (under torchrun the ranks hold one copy, not one each) —
+  and, for an accelerator, the next ``prefetch_steps`` batches gathered (and pinned for CUDA)
+  by a background thread (:mod:`trm.data.prefetch`) — fastest for data that fit;
 - ``stream`` (the ``streaming`` plugin): arrays memory-mapped, the next ``prefetch_steps``
   batches prepared by a background thread, rows of a batch read in file order.
 
@@ -23,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-import attrs
 import numpy as np
 from attrs import frozen
 
+from trm.data.prefetch import Prefetcher, pinned
 from trm.data.puzzle_dataset import PuzzleSplit
 from trm.data.sampler import SplitIndex
 from trm.data.shape import DatasetShape
@@ -100,7 +103,7 @@ def choose_reader(spec: RunSpec, dataset: DatasetShape, hardware: HardwareProfil
                 f"data.reader = 'memory' cannot hold the train split ({sizes}; at most "
                 f"{MEMORY_MAX_SHARE:.0%}); use data.reader = 'stream' or 'auto'"
             )
-        return ReaderChoice("memory", f"asked for ({sizes})", 0)
+        return ReaderChoice("memory", f"asked for ({sizes})", data.prefetch_steps)
     if data.reader == "stream":
         return ReaderChoice("stream", f"asked for ({sizes})", data.prefetch_steps)
     if share is not None and share > MEMORY_SHARE:
@@ -110,37 +113,71 @@ def choose_reader(spec: RunSpec, dataset: DatasetShape, hardware: HardwareProfil
             data.prefetch_steps,
         )
     why = f"the split fits in memory ({sizes})" if budget else f"memory budget unknown ({sizes})"
-    return ReaderChoice("memory", why, 0)
+    return ReaderChoice("memory", why, data.prefetch_steps)
 
 
 def reader_buffer_bytes(spec: RunSpec, dataset: DatasetShape, choice: ReaderChoice) -> int:
-    """Host bytes the reader holds: the split in memory, or the prefetched batches."""
-    if choice.name == "memory":
-        return split_bytes(dataset)
+    """Host bytes the reader holds: the prefetched batches, and the split when in memory."""
     batch = spec.train.global_batch_size * (dataset.seq_len * GATHERED_BYTES_PER_TOKEN + 8)
-    return (choice.prefetch_steps + 1) * batch
+    prefetched = (choice.prefetch_steps + 1) * batch
+    return prefetched + (split_bytes(dataset) if choice.name == "memory" else 0)
 
 
 class MemoryReader:
-    """The split's arrays in RAM; each step's rows gathered when the loop asks."""
+    """The ``memory`` reader; see the module docstring.
+
+    The split's token arrays stay the memory-mapped ones :func:`open_split` gives (no private
+    copy): :meth:`warm` reads each file through once so it is resident, in the page cache the
+    processes of a node share. With ``prefetch_steps`` > 0 a background thread gathers the
+    next steps' rows (and pins them when ``pin_memory``: for a CUDA device) while the loop
+    trains; with 0 each step is gathered when the loop asks.
+    """
 
     name = "memory"
+    WARM_CHUNK_BYTES = 8 * 2**20
 
-    def __init__(self, split: PuzzleSplit) -> None:
-        loaded = {
-            name: attrs.evolve(s, inputs=np.array(s.inputs), labels=np.array(s.labels))
-            for name, s in split.sets.items()
-        }
-        self.index = SplitIndex(attrs.evolve(split, sets=loaded))
+    def __init__(self, split: PuzzleSplit, prefetch_steps: int = 0, pin_memory: bool = False):
+        self.index = SplitIndex(split)
+        self.prefetch_steps = prefetch_steps
+        self.pin_memory = pin_memory
+        self.warmed_bytes = sum(
+            self.warm(array) for s in split.sets.values() for array in (s.inputs, s.labels)
+        )
         self._examples: StepExamples | None = None
+        self._prefetcher: Prefetcher | None = None
+
+    @classmethod
+    def warm(cls, array: np.ndarray) -> int:
+        """Read ``array``'s file through once (into the page cache); returns its bytes. An
+        array that is not memory-mapped is already in memory (0)."""
+        filename = getattr(array, "filename", None)
+        if not isinstance(array, np.memmap) or not filename:
+            return 0
+        read = 0
+        with open(filename, "rb", buffering=0) as handle:
+            while chunk := handle.read(cls.WARM_CHUNK_BYTES):
+                read += len(chunk)
+        return read
+
+    def _gather(self, step: int) -> Batch:
+        assert self._examples is not None
+        batch = self.index.gather(self._examples(step))
+        return pinned(batch) if self.pin_memory else batch
 
     def start(self, examples_for_step: StepExamples, first_step: int) -> None:
+        self.close()
         self._examples = examples_for_step
+        if self.prefetch_steps > 0:
+            self._prefetcher = Prefetcher(self._gather, self.prefetch_steps)
 
     def batch(self, step: int) -> Batch:
         if self._examples is None:
             raise RuntimeError("MemoryReader.batch before start")
-        return self.index.gather(self._examples(step))
+        if self._prefetcher is None:
+            return self._gather(step)
+        return self._prefetcher.get(step)
 
     def close(self) -> None:
-        self._examples = None
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher = None

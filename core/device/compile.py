@@ -1,44 +1,63 @@
-"""torch.compile for a run: whether it can work here, and what of the TRM is compiled.
+"""torch.compile for a run: whether it can work here, what of the TRM is compiled, and the
+fallback to eager when compiling fails at the first step.
 
-Backend plugins decide with :func:`choose_compile` (``runtime.compile`` = auto, on, off);
-the loop applies the decision with :func:`compile_for_runtime`. What is compiled is the
-shared network ``net`` (in place, so state-dict keys and checkpoints are unchanged): it is
+Backend plugins decide with :func:`choose_compile` (``runtime.compile`` = auto, on, off),
+asking their backend's ``compile_unavailable_reason`` (the helpers below check the toolchains
+Inductor needs); the loop applies the decision with :func:`compile_network`. What is compiled is
+the shared network ``net`` (in place, so state-dict keys and checkpoints are unchanged): it is
 where nearly all the FLOPs are, and compiling it fuses the RMS norms, SiLU, residual sums and
 casts between the matrix products. The sparse puzzle embedding, which makes a fresh leaf
 tensor on every call, and the ACT bookkeeping stay eager.
+
+Compiling happens lazily, at the first forward. When it fails there (a missing C compiler or
+Python headers in a bare container, an Inductor bug: ``BackendCompilerFailed``), the step is
+undone like an out-of-memory one and runs again eager (:func:`is_compile_failure`,
+:func:`uncompile_network`), with one line saying why.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import sys
+import sysconfig
+from pathlib import Path
 
 import torch
 
+from trm.device.contract import DeviceBackend
 from trm.errors import TrmError
-from trm.runtime import RuntimeChoice
 
 _CXX_NAMES = ("g++", "c++", "clang++")
+_CC_NAMES = ("gcc", "cc", "clang")
 
 
 def cpp_compiler() -> str | None:
     """Path of the C++ compiler Inductor would use on CPU (``$CXX`` first), or None."""
-    candidates = ([os.environ["CXX"]] if os.environ.get("CXX") else []) + list(_CXX_NAMES)
-    for name in candidates:
+    return _first_on_path(os.environ.get("CXX"), _CXX_NAMES)
+
+
+def c_compiler() -> str | None:
+    """Path of the C compiler Triton builds its launcher with (``$CC`` first), or None."""
+    return _first_on_path(os.environ.get("CC"), _CC_NAMES)
+
+
+def python_headers() -> str | None:
+    """The folder holding ``Python.h`` (Triton's launcher includes it), or None."""
+    include = sysconfig.get_paths().get("include")
+    return include if include and (Path(include) / "Python.h").exists() else None
+
+
+def _first_on_path(preferred: str | None, names: tuple[str, ...]) -> str | None:
+    for name in ([preferred] if preferred else []) + list(names):
         path = shutil.which(name)
         if path:
             return path
     return None
 
 
-def compile_unavailable_reason(device_type: str) -> str | None:
-    """Why torch.compile cannot work for ``device_type`` here, or None when it can.
-
-    Needs Dynamo support for this Python; on CPU a C++ compiler (Inductor writes C++), on
-    CUDA Triton; on MPS it is experimental and treated as unavailable.
-    """
+def dynamo_unavailable_reason() -> str | None:
+    """Why Dynamo (the front of torch.compile) cannot run in this Python, or None."""
     dynamo = getattr(torch, "_dynamo", None)
     if dynamo is not None and hasattr(dynamo, "is_dynamo_supported"):
         try:
@@ -47,23 +66,13 @@ def compile_unavailable_reason(device_type: str) -> str | None:
             supported = False
         if not supported:
             return f"torch.compile does not support Python {sys.version.split()[0]} here"
-    if device_type == "cpu":
-        if sys.platform == "win32":
-            return "torch.compile on Windows CPUs needs MSVC set up; not attempted"
-        if cpp_compiler() is None:
-            return "no C++ compiler found (install g++ or clang++, or set CXX)"
-    elif device_type == "cuda":
-        if importlib.util.find_spec("triton") is None:
-            return "Triton is not installed (pip install triton)"
-    elif device_type == "mps":
-        return "torch.compile on MPS is experimental"
     return None
 
 
 def choose_compile(
-    setting: str, device_type: str, large_network: bool = True
+    setting: str, backend: DeviceBackend, large_network: bool = True
 ) -> tuple[bool, str | None]:
-    """Decide ``runtime.compile`` (auto, on, off) for ``device_type``: (compile?, notice).
+    """Decide ``runtime.compile`` (auto, on, off) for ``backend``: (compile?, notice).
 
     ``auto`` compiles where possible and the network is large (``large_network``, see
     :func:`trm.measure.flops.matmul_bound`: for a small one compiling takes longer than it saves),
@@ -74,26 +83,61 @@ def choose_compile(
         return False, None
     if setting == "auto" and not large_network:
         return False, "running eager: the network is small, compiling would cost more than it saves"
-    reason = compile_unavailable_reason(device_type)
+    reason = dynamo_unavailable_reason() or backend.compile_unavailable_reason()
     if reason is None:
         return True, None
     if setting == "on":
         raise TrmError(
-            f"runtime.compile = 'on' but torch.compile cannot run on {device_type} here: "
+            f"runtime.compile = 'on' but torch.compile cannot run on {backend.name} here: "
             f"{reason}; set runtime.compile = 'auto' or 'off'"
         )
     return False, f"running eager (not compiled): {reason}"
 
 
-def compile_for_runtime(model: torch.nn.Module, runtime: RuntimeChoice) -> torch.nn.Module:
-    """Compile ``model.net`` in place when ``runtime.compile``; returns ``model``.
+def compile_network(model: torch.nn.Module, backend: DeviceBackend) -> torch.nn.Module:
+    """Compile ``model.net`` in place with ``backend``; returns ``model``.
 
     The first shapes compile static; a later shape (an evaluation batch, a smaller
     micro-batch) recompiles once with dynamic sizes. Idempotent: an already compiled network
     is left as it is.
     """
     net = getattr(model, "net", None)
-    if not runtime.compile or net is None or getattr(net, "_compiled_call_impl", None):
+    if net is None or is_compiled(model):
         return model
-    net.compile()
+    backend.compile(net)
     return model
+
+
+def is_compiled(model: torch.nn.Module) -> bool:
+    """Whether ``model.net`` runs through torch.compile."""
+    net = getattr(model, "net", None)
+    return net is not None and getattr(net, "_compiled_call_impl", None) is not None
+
+
+def uncompile_network(model: torch.nn.Module) -> None:
+    """Make ``model.net`` run eager again (after a compile failure); weights untouched."""
+    net = getattr(model, "net", None)
+    if net is not None:
+        net._compiled_call_impl = None
+
+
+def is_compile_failure(error: BaseException) -> bool:
+    """True when ``error`` comes from torch.compile's compiler stack rather than the model:
+    Dynamo's ``BackendCompilerFailed``, Inductor's errors, a C/C++ toolchain failure."""
+    for kind in type(error).__mro__:
+        module = getattr(kind, "__module__", "") or ""
+        if kind.__name__ in ("BackendCompilerFailed", "InductorError", "CppCompileError"):
+            return True
+        if module.startswith(("torch._dynamo", "torch._inductor")) and kind.__name__.endswith(
+            ("Error", "Failed")
+        ):
+            return kind.__name__ not in ("Unsupported", "UserError")
+    return False
+
+
+def compile_failure_summary(error: BaseException) -> str:
+    """The failure in one clause: the error's type and its first meaningful line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    detail = next((line for line in lines if not line.startswith("backend=")), "")
+    detail = detail[:160]
+    return f"{type(error).__name__}: {detail}" if detail else type(error).__name__

@@ -27,6 +27,8 @@ import torch
 import torch.distributed as dist
 from attrs import frozen
 
+from trm.device.contract import DeviceBackend
+from trm.device.oom import is_out_of_memory
 from trm.errors import TrainingFailed, TrmError
 
 TIMEOUT_ENV = "TRM_COLLECTIVE_TIMEOUT_S"
@@ -136,15 +138,25 @@ def setup_timeout_s() -> float:
     return _env_seconds(SETUP_TIMEOUT_ENV, DEFAULT_SETUP_TIMEOUT_S)
 
 
-def backend() -> str:
-    """gloo for CPU tensors, and NCCL for CUDA tensors where torch has it."""
-    if torch.cuda.is_available() and dist.is_nccl_available():
-        return "cpu:gloo,cuda:nccl"
-    return "gloo"
+def process_group_backend(backends: Sequence[DeviceBackend] = ()) -> str:
+    """The torch.distributed backend string for a job whose devices ``backends`` know:
+    gloo for CPU tensors, plus each available backend's ``process_groups``
+    (``"cpu:gloo,cuda:nccl"``)."""
+    pairs = {"cpu": "gloo"}
+    for device_backend in backends:
+        if device_backend.is_available() is None:
+            pairs.update(device_backend.process_groups)
+    if len(pairs) == 1:
+        return "gloo"
+    return ",".join(f"{kind}:{name}" for kind, name in pairs.items())
 
 
-def start() -> World:
+def start(backends: Sequence[DeviceBackend] = ()) -> World:
     """Join the process group torchrun's environment describes; returns this process's World.
+
+    ``backends``: the loaded device backends; their ``process_groups`` join gloo
+    (:func:`process_group_backend`) and each prepares its collective library first
+    (``prepare_process_group``: NCCL's error handling, say).
 
     With one process (no torchrun, or ``WORLD_SIZE=1``) nothing is started. Called once per
     process before planning (``trm run``); a second call returns the running world.
@@ -159,12 +171,19 @@ def start() -> World:
     if dist.is_initialized():
         return current()
     timeout = timedelta(seconds=collective_timeout_s())
+    for device_backend in backends:
+        if device_backend.is_available() is None:
+            device_backend.prepare_process_group()
     store = _attempt_store(world, timeout)
     if store is None:
-        dist.init_process_group(backend=backend(), timeout=timeout)
+        dist.init_process_group(backend=process_group_backend(backends), timeout=timeout)
     else:
         dist.init_process_group(
-            backend=backend(), store=store, rank=world.rank, world_size=world.size, timeout=timeout
+            backend=process_group_backend(backends),
+            store=store,
+            rank=world.rank,
+            world_size=world.size,
+            timeout=timeout,
         )
     _patient[0] = dist.new_group(backend="gloo", timeout=timedelta(seconds=setup_timeout_s()))
     return current()
@@ -230,6 +249,8 @@ def _timed() -> Iterator[None]:
     try:
         yield
     except RuntimeError as exc:  # DistBackendError, DistNetworkError, gloo's and NCCL's errors
+        if is_out_of_memory(exc):
+            raise
         text = str(exc).strip()
         detail = text.splitlines()[0][:200] if text else type(exc).__name__
         raise TrainingFailed(
@@ -251,14 +272,16 @@ def all_reduce_sum_(tensors: Sequence[torch.Tensor]) -> None:
     groups: dict[tuple[torch.device, torch.dtype], list[torch.Tensor]] = {}
     for tensor in tensors:
         groups.setdefault((tensor.device, tensor.dtype), []).append(tensor)
-    with _timed():
-        for members in groups.values():
-            flat = torch.cat([t.reshape(-1) for t in members])
+    for members in groups.values():
+        # Flattening allocates a gradient-sized buffer: out of memory here is this rank's
+        # own, raised as such (the step is undone and retried), not a failed collective.
+        flat = torch.cat([t.reshape(-1) for t in members])
+        with _timed():
             dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-            offset = 0
-            for t in members:
-                t.copy_(flat[offset : offset + t.numel()].view_as(t))
-                offset += t.numel()
+        offset = 0
+        for t in members:
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
 
 
 def all_reduce_max(values: Sequence[float]) -> list[float]:
@@ -281,13 +304,21 @@ def all_reduce_sums(values: Sequence[float]) -> list[float]:
     return tensor.tolist()
 
 
-def all_gather_rows(tensor: torch.Tensor) -> torch.Tensor:
-    """Every rank's ``tensor`` concatenated along dim 0 in rank order; the ranks' row counts
-    may differ (the other dims and the dtype may not)."""
+def all_gather_rows(tensor: torch.Tensor, rows_each: int | None = None) -> torch.Tensor:
+    """Every rank's ``tensor`` concatenated along dim 0 in rank order; the other dims and the
+    dtype must agree. ``rows_each``: every rank holds exactly that many rows (the caller
+    knows it), so no counts are exchanged and nothing is read back to the host; None: the
+    counts may differ and are gathered first (one host read)."""
     if not active():
         return tensor
     size = dist.get_world_size()
     with _timed():
+        if rows_each is not None:
+            if tensor.shape[0] != rows_each:
+                raise ValueError(f"all_gather_rows: {tensor.shape[0]} rows, expected {rows_each}")
+            parts = [torch.empty_like(tensor) for _ in range(size)]
+            dist.all_gather(parts, tensor.contiguous())
+            return torch.cat(parts)
         counts = torch.tensor([tensor.shape[0]], dtype=torch.int64, device=tensor.device)
         all_counts = [torch.zeros_like(counts) for _ in range(size)]
         dist.all_gather(all_counts, counts)

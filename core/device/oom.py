@@ -1,11 +1,12 @@
-"""Out-of-memory errors from every backend, recognised in one place.
+"""Out-of-memory errors, recognised in one place: the host's here, a device's by its backend.
 
-A step can run out of memory in three ways, each surfacing differently in torch:
+A step can run out of memory on the host or on the device:
 
-- CUDA: ``torch.OutOfMemoryError`` (``torch.cuda.OutOfMemoryError`` in older releases);
-- Apple MPS: a ``RuntimeError`` whose message contains "MPS backend out of memory";
 - the host: a ``RuntimeError`` from the CPU allocator ("DefaultCPUAllocator: can't allocate
-  memory", "not enough memory") or Python's ``MemoryError``.
+  memory", "not enough memory") or Python's ``MemoryError``;
+- a device: ``torch.OutOfMemoryError`` (torch's own type, raised by its device allocators) or
+  whatever the backend's :meth:`~trm.device.contract.DeviceBackend.is_out_of_memory`
+  recognises (MPS's "MPS backend out of memory", XLA's ``RESOURCE_EXHAUSTED``).
 
 (On Linux the kernel's OOM killer usually ends a process before any allocation fails; the
 memory-guard plugin watches host pressure for that reason.)
@@ -15,38 +16,37 @@ from __future__ import annotations
 
 import torch
 
+from trm.device.contract import DeviceBackend
+
 _OOM_TYPES: tuple[type[BaseException], ...] = tuple(
-    t
-    for t in (
-        getattr(torch, "OutOfMemoryError", None),
-        getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None),
-        MemoryError,
-    )
-    if isinstance(t, type)
+    t for t in (getattr(torch, "OutOfMemoryError", None), MemoryError) if isinstance(t, type)
 )
-_OOM_MESSAGES = (
-    "out of memory",  # CUDA (older releases), MPS, HIP
+_HOST_OOM_MESSAGES = (
     "can't allocate memory",  # DefaultCPUAllocator on Linux / macOS
     "not enough memory",  # DefaultCPUAllocator on Windows
-    "failed to allocate",
 )
 
 
-def is_out_of_memory(error: BaseException) -> bool:
-    """True when ``error`` means an allocation failed (device or host), on any backend."""
-    if isinstance(error, _OOM_TYPES):
+def is_host_out_of_memory(error: BaseException) -> bool:
+    """True when the host's allocator (or Python) could not allocate."""
+    if isinstance(error, MemoryError):
         return True
     if isinstance(error, RuntimeError):
         text = str(error).lower()
-        return any(message in text for message in _OOM_MESSAGES)
+        return any(message in text for message in _HOST_OOM_MESSAGES)
     return False
 
 
-def memory_kind(error: BaseException) -> str:
-    """Which memory ran out, in words: "CUDA device", "MPS device" or "host"."""
-    text = str(error).lower()
-    if "mps" in text:
-        return "MPS device"
-    if isinstance(error, MemoryError) or "allocator" in text or "can't allocate" in text:
+def is_out_of_memory(error: BaseException, backend: DeviceBackend | None = None) -> bool:
+    """True when ``error`` means an allocation failed: on the host, in torch's own
+    out-of-memory type, or on ``backend``'s device as the backend recognises it."""
+    if isinstance(error, _OOM_TYPES) or is_host_out_of_memory(error):
+        return True
+    return backend is not None and backend.is_out_of_memory(error)
+
+
+def memory_kind(error: BaseException, backend: DeviceBackend | None = None) -> str:
+    """Which memory ran out, in words: "host", or the backend's name for its device."""
+    if is_host_out_of_memory(error) or backend is None:
         return "host"
-    return "CUDA device"
+    return backend.memory_kind(error)

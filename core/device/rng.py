@@ -2,26 +2,37 @@
 
 A checkpoint holds them so a resumed run draws what the uninterrupted run would have; an
 out-of-memory retry restores them so the retried step draws the same exploration.
+
+The host's generators (Python, NumPy, torch's CPU generator) are always captured. A device's
+own generator is the backend's (:meth:`~trm.device.contract.DeviceBackend.rng_state`) and only
+this process's device: under torchrun each rank's state is saved with the rank, so a resume on
+another number of GPUs, or with fewer visible, never indexes a device that is not there.
 """
 
 from __future__ import annotations
 
 import random
-import warnings
 from typing import Any
 
 import numpy as np
 import torch
 
+from trm.device.contract import DeviceBackend
 
-def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
+
+def capture_rng(backend: DeviceBackend | None = None, device: torch.device | None = None) -> dict:
     """Every RNG state a run may draw from, in weights-only-loadable form.
 
-    Python's ``random``, NumPy's global generator, torch's CPU generator and, when
-    ``device`` is an accelerator, its generators (CUDA: every visible device; MPS).
+    ``device`` holds ``{"backend": name, "state": tensor}`` when the backend's device has a
+    generator of its own, else None.
     """
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state: dict[str, Any] = {
+    device_state: dict[str, Any] | None = None
+    if backend is not None and device is not None:
+        tensor = backend.rng_state(device)
+        if tensor is not None:
+            device_state = {"backend": backend.name, "state": tensor}
+    return {
         "python": random.getstate(),
         "numpy": {
             "kind": str(kind),
@@ -31,18 +42,19 @@ def capture_rng(device: torch.device | None = None) -> dict[str, Any]:
             "cached_gaussian": float(cached),
         },
         "torch_cpu": torch.get_rng_state(),
-        "cuda": None,
-        "mps": None,
+        "device": device_state,
     }
-    if device is not None and device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    if device is not None and device.type == "mps":
-        state["mps"] = torch.mps.get_rng_state()
-    return state
 
 
-def restore_rng(state: dict[str, Any]) -> None:
-    """Inverse of :func:`capture_rng`; accelerator states are restored when present."""
+def restore_rng(
+    state: dict[str, Any],
+    backend: DeviceBackend | None = None,
+    device: torch.device | None = None,
+) -> str | None:
+    """Inverse of :func:`capture_rng`. Returns None when every state was restored, else one
+    sentence saying which device state could not be (a checkpoint from another kind of
+    device, or one written before device states were kept per rank): the host's generators
+    are restored, the device's start from its seed, so exploration draws differ."""
     random.setstate(_as_python_state(state["python"]))
     np_state = state["numpy"]
     np.random.set_state(
@@ -55,17 +67,23 @@ def restore_rng(state: dict[str, Any]) -> None:
         )
     )
     torch.set_rng_state(state["torch_cpu"])
-    if state.get("cuda") is not None:
-        if torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["cuda"])
-        else:
-            warnings.warn(
-                "the checkpoint holds CUDA RNG states but CUDA is not available; "
-                "exploration draws will differ from the original run",
-                stacklevel=2,
+    saved = state.get("device")
+    legacy = [k for k in ("cuda", "mps") if state.get(k) is not None]
+    if saved is None:
+        if legacy:
+            return (
+                f"the checkpoint's {legacy[0]} RNG state is in the old all-devices form and is "
+                "not restored; exploration draws will differ from the original run"
             )
-    if state.get("mps") is not None and torch.backends.mps.is_available():
-        torch.mps.set_rng_state(state["mps"])
+        return None
+    if backend is None or device is None or saved["backend"] != backend.name:
+        here = backend.name if backend is not None else "the host"
+        return (
+            f"the checkpoint's {saved['backend']} RNG state cannot be restored on {here}; "
+            "the host's generators are restored, exploration draws will differ"
+        )
+    backend.set_rng_state(saved["state"], device)
+    return None
 
 
 def _as_python_state(value: Any) -> tuple:

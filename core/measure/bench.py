@@ -209,7 +209,7 @@ def time_loop(
 
 
 def time_plain_loop(
-    spec: RunSpec, device: str, data_dir: Path, warmup: int, steps: int
+    spec: RunSpec, runtime: RuntimeChoice, data_dir: Path, warmup: int, steps: int
 ) -> LoopTiming:
     """The plain eager fp32 PyTorch loop of the same model, timed per step.
 
@@ -223,7 +223,6 @@ def time_plain_loop(
 
     from trm.data.puzzle_dataset import open_split
     from trm.data.sampler import SplitIndex, TrainSampler
-    from trm.device.transfer import to_device
     from trm.model import EMA, ACTLoss, TinyRecursiveModel, build_optimizers, lr_at_step
 
     train = spec.train
@@ -231,17 +230,18 @@ def time_plain_loop(
     index = SplitIndex(open_split(data_dir / spec.data.train_split))
     sampler = TrainSampler(index, train.global_batch_size, train.seed)
     shape = read_shape(data_dir, spec.data.train_split)
-    target = torch.device(device)
+    placement = attrs.evolve(runtime.placement(), dtype=None)  # fp32, no autocast
+    target = placement.device
     model = TinyRecursiveModel(spec.arch, **shape.model_kwargs(), position_major=False)
     model = model.to(target).train()
     optimizers = build_optimizers(model, train)
     ema = EMA(model, train.ema_rate) if train.ema else None
-    carry = model.initial_carry(to_device(index.gather(sampler.examples_for_step(0)), target))
+    carry = model.initial_carry(placement.to_device(index.gather(sampler.examples_for_step(0))))
     total = warmup + steps
     seconds: list[float] = []
     for step in range(total):
         started = time.perf_counter()
-        batch = to_device(index.gather(sampler.examples_for_step(step)), target)
+        batch = placement.to_device(index.gather(sampler.examples_for_step(step)))
         for opt in optimizers:
             opt.zero_grad(set_to_none=True)
         carry, outputs = model(carry, batch)
@@ -255,6 +255,7 @@ def time_plain_loop(
             opt.step()
         if ema is not None:
             ema.update(model)
+        placement.mark_step()
         float(loss.detach())  # waits for the device
         seconds.append(time.perf_counter() - started)
     return LoopTiming(
@@ -294,9 +295,11 @@ def run_bench(
         precision = runtime.precision if runtime.autocast_dtype is not None else "fp32"
 
         log(f"measuring the {precision} matmul peak of {device}")
-        peaks = [measure_gemm_peak(device, precision, peak_s)]
+        peaks = [measure_gemm_peak(device, precision, peak_s, runtime.backend)]
         fp32_peaks = (
-            [measure_gemm_peak(device, "fp32", peak_s)] if plain and precision != "fp32" else []
+            [measure_gemm_peak(device, "fp32", peak_s, runtime.backend)]
+            if plain and precision != "fp32"
+            else []
         )
         # The plain loop runs first: the trm loop may switch on host-memory reuse for the
         # whole process (trm.device.host_memory), which a plain PyTorch loop does not have.
@@ -304,7 +307,7 @@ def run_bench(
         if plain:
             log(f"timing the plain eager fp32 loop: {warmup} warm-up + {steps} steps")
             with OtherLoad() as plain_load:
-                plain_timing = time_plain_loop(spec_b, device, data_dir, warmup, steps)
+                plain_timing = time_plain_loop(spec_b, runtime, data_dir, warmup, steps)
         log(
             f"timing trm: {warmup} warm-up + {steps} steps of {batch_size} samples "
             f"({runtime.precision}, {'compiled' if runtime.compile else 'eager'})"
@@ -314,9 +317,9 @@ def run_bench(
                 spec_b, runtime, requested_plugins, data_dir, root / "trm", warmup
             )
         log("measuring the matmul peak again (the higher of the two is kept)")
-        peaks.append(measure_gemm_peak(device, precision, peak_s))
+        peaks.append(measure_gemm_peak(device, precision, peak_s, runtime.backend))
         if fp32_peaks:
-            fp32_peaks.append(measure_gemm_peak(device, "fp32", peak_s))
+            fp32_peaks.append(measure_gemm_peak(device, "fp32", peak_s, runtime.backend))
     finally:
         if owned:
             shutil.rmtree(root, ignore_errors=True)

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import attrs
 
+from trm.device.contract import HOST, DeviceBackend
 from trm.device.memory import machine_devices
-from trm.device.transfer import synchronize
 from trm.hardware import DeviceSpeed, HardwareProfile
 from trm.measure.peak import measure_gemm_peak
 from trm.paths import cache_dir
@@ -85,7 +85,9 @@ def save_cached_speeds(speeds: tuple[DeviceSpeed, ...], disk_mb_per_s: float | N
     return path
 
 
-def measure_memory_bandwidth(device: str = "cpu", repeats: int = 5) -> float:
+def measure_memory_bandwidth(
+    device: str = "cpu", repeats: int = 5, backend: DeviceBackend = HOST
+) -> float:
     """Best copy rate of a 256 MiB buffer on ``device`` in GB/s (bytes read + written)."""
     import torch
 
@@ -96,10 +98,11 @@ def measure_memory_bandwidth(device: str = "cpu", repeats: int = 5) -> float:
     dst.copy_(src)  # first touch: page faults and allocation outside the timing
     best_s = float("inf")
     for _ in range(repeats):
-        synchronize(dev)
+        backend.synchronize(dev)
         start = time.perf_counter()
         dst.copy_(src)
-        synchronize(dev)
+        backend.mark_step(dev)
+        backend.synchronize(dev)
         best_s = min(best_s, time.perf_counter() - start)
     return 2 * _COPY_BYTES / best_s / 1e9
 
@@ -119,19 +122,24 @@ def measure_disk_write(directory: Path) -> float:
 
 
 def run_benchmark(
-    hardware: HardwareProfile, run_root: Path, duration_s: float = 0.6
+    hardware: HardwareProfile,
+    run_root: Path,
+    backends: list[DeviceBackend],
+    duration_s: float = 0.6,
 ) -> tuple[tuple[DeviceSpeed, ...], float | None, Path]:
-    """Measure every device and the disk, cache the results; ``(speeds, disk MB/s, cache)``."""
+    """Measure every device the loaded ``backends`` can use, and the disk; cache the
+    results; ``(speeds, disk MB/s, cache)``."""
     speeds: list[DeviceSpeed] = []
-    for device in machine_devices(hardware):
-        fp32 = measure_gemm_peak(device, "fp32", duration_s).gflops
-        bf16 = measure_gemm_peak(device, "bf16", duration_s).gflops
+    for device, backend in machine_devices(hardware, backends):
+        fp32 = measure_gemm_peak(device, "fp32", duration_s, backend).gflops
+        bf16 = measure_gemm_peak(device, "bf16", duration_s, backend).gflops
+        bandwidth = measure_memory_bandwidth(device, backend=backend)
         speeds.append(
             DeviceSpeed(
                 device=device,
                 matmul_fp32_gflops=round(fp32, 1),
                 matmul_bf16_gflops=round(bf16, 1),
-                memory_bandwidth_gb_per_s=round(measure_memory_bandwidth(device), 1),
+                memory_bandwidth_gb_per_s=round(bandwidth, 1),
             )
         )
     try:

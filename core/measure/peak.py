@@ -13,7 +13,7 @@ import time
 import torch
 from attrs import frozen
 
-from trm.device.transfer import synchronize
+from trm.device.contract import HOST, DeviceBackend
 
 PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Square sizes probed, smallest first; growth stops once one product takes _GROW_LIMIT_S.
@@ -39,17 +39,23 @@ class GemmPeak:
     seconds: float
 
 
-def _time_products(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, count: int) -> float:
-    synchronize(a.device)
+def _time_products(
+    a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, count: int, backend: DeviceBackend
+) -> float:
+    backend.synchronize(a.device)
     start = time.perf_counter()
     for _ in range(count):
         torch.mm(a, b, out=out)
-    synchronize(a.device)
+    backend.mark_step(a.device)
+    backend.synchronize(a.device)
     return time.perf_counter() - start
 
 
 def measure_gemm_peak(
-    device: torch.device | str = "cpu", precision: str = "fp32", duration_s: float = 1.5
+    device: torch.device | str = "cpu",
+    precision: str = "fp32",
+    duration_s: float = 1.5,
+    backend: DeviceBackend = HOST,
 ) -> GemmPeak:
     """Measure the best GEMM GFLOP/s of ``device`` at ``precision`` (fp32, bf16, fp16).
 
@@ -57,7 +63,7 @@ def measure_gemm_peak(
     0.1 s each, keeps the fastest size, then spends about ``duration_s`` in five timed
     windows of back-to-back products into a preallocated output and returns the best window.
     Inputs are random normal values (zeros could take fast paths). Raises ValueError for an
-    unknown precision.
+    unknown precision. ``backend`` knows how to wait for ``device``.
     """
     if precision not in PRECISION_DTYPES:
         raise ValueError(f"precision must be one of {sorted(PRECISION_DTYPES)}, got {precision!r}")
@@ -70,10 +76,10 @@ def measure_gemm_peak(
         a = torch.randn(size, size, generator=generator).to(device, dtype)
         b = torch.randn(size, size, generator=generator).to(device, dtype)
         out = torch.empty(size, size, device=device, dtype=dtype)
-        _time_products(a, b, out, 1)  # warm-up: kernel choice, page faults
-        first_s = _time_products(a, b, out, 1)
+        _time_products(a, b, out, 1, backend)  # warm-up: kernel choice, page faults
+        first_s = _time_products(a, b, out, 1, backend)
         count = max(1, round(_PROBE_S / max(first_s, 1e-9)))
-        per_product_s = _time_products(a, b, out, count) / count
+        per_product_s = _time_products(a, b, out, count, backend) / count
         probes.append((2.0 * size**3 / per_product_s, size, per_product_s))
         if per_product_s > _GROW_LIMIT_S:
             break
@@ -84,7 +90,7 @@ def measure_gemm_peak(
     window_s = max(duration_s / _WINDOWS, per_product_s)
     count = max(1, round(window_s / max(per_product_s, 1e-9)))
     flops = 2.0 * size**3 * count
-    rates = tuple(flops / _time_products(a, b, out, count) / 1e9 for _ in range(_WINDOWS))
+    rates = tuple(flops / _time_products(a, b, out, count, backend) / 1e9 for _ in range(_WINDOWS))
     return GemmPeak(
         device=str(device),
         precision=precision,

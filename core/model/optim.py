@@ -42,6 +42,15 @@ class AdamATan2(torch.optim.Optimizer):
         if not all(0.0 <= b < 1.0 for b in betas):
             raise ValueError(f"betas must be in [0, 1), got {betas}")
         super().__init__(params, {"lr": lr, "betas": betas, "weight_decay": weight_decay})
+        # Each parameter's step count as a Python int, mirroring ``state[p]["step"]`` (the
+        # tensor checkpoints hold): the bias corrections need it on the host every step, and
+        # reading the tensor would be a host read per parameter. Filled from the tensor the
+        # first time a parameter steps after construction or loading.
+        self._step_counts: dict[int, int] = {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        self._step_counts.clear()
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
@@ -59,7 +68,11 @@ class AdamATan2(torch.optim.Optimizer):
                     state["step"] = torch.zeros((), dtype=torch.float32)
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    self._step_counts[id(p)] = 0
+                elif id(p) not in self._step_counts:  # loaded: one read, then counted here
+                    self._step_counts[id(p)] = int(state["step"])
                 state["step"] += 1
+                self._step_counts[id(p)] += 1
             if len({(p.device, p.dtype) for p in params}) == 1:
                 self._update_together(params, group)
             else:
@@ -72,7 +85,7 @@ class AdamATan2(torch.optim.Optimizer):
         lr, wd = group["lr"], group["weight_decay"]
         beta1, beta2 = group["betas"]
         states = [self.state[p] for p in params]
-        steps = [s["step"].item() for s in states]
+        steps = [self._step_counts[id(p)] for p in params]
         exp_avgs = [s["exp_avg"] for s in states]
         exp_avg_sqs = [s["exp_avg_sq"] for s in states]
         grads = [p.grad.to(m.dtype) for p, m in zip(params, exp_avgs, strict=True)]

@@ -96,10 +96,11 @@ class TRMCarry:
         )
 
     def state_dict(self) -> dict[str, Tensor]:
-        """Flat mapping of plain tensors (data keys prefixed ``data.``) for checkpoints."""
+        """Flat mapping of plain tensors (data keys prefixed ``data.``) for checkpoints: host
+        copies, each made once straight from the device (never a clone on the device first)."""
         state = {"z_H": self.z_H, "z_L": self.z_L, "steps": self.steps, "halted": self.halted}
         state.update({f"data.{k}": v for k, v in self.current_data.items()})
-        return {k: v.detach().clone() for k, v in state.items()}
+        return {k: v.detach().to("cpu", copy=True) for k, v in state.items()}
 
     @classmethod
     def from_state_dict(cls, state: Mapping[str, Tensor]) -> TRMCarry:

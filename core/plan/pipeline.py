@@ -15,7 +15,6 @@ from attrs import frozen
 
 from trm.data.reader import ReaderChoice, choose_reader
 from trm.data.shape import DatasetShape
-from trm.device.memory import budget_bytes, shares_host_memory
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile, merge_profiles
 from trm.memory import MODES, MemoryEstimate, collect_estimate
@@ -115,8 +114,8 @@ def estimate_memory(
         return collect_estimate(
             parts,
             host_budget_bytes=hardware.memory_budget_bytes,
-            device_budget_bytes=budget_bytes(hardware, chosen.device),
-            unified_memory=shares_host_memory(hardware, chosen.device),
+            device_budget_bytes=chosen.backend.budget_bytes(hardware, chosen.device),
+            unified_memory=chosen.backend.shares_host_memory(hardware, chosen.device),
             remake=make,
         )
 
@@ -146,9 +145,28 @@ def _as_change(change: Change | tuple) -> Change:
     return change if isinstance(change, Change) else Change(*change)
 
 
+def check_device(pm: TrmPluginManager, device: str) -> None:
+    """Refuse a ``runtime.device`` that no enabled backend plugin claims, naming the installed
+    backends (and those that are off here)."""
+    if device == "auto":
+        return
+    backends = pm.device_backends()
+    if any(backend.claims(device) for backend in backends):
+        return
+    names = sorted({backend.name for backend in backends})
+    off = pm.backend_plugins_off()
+    hint = f"; installed but off here: {', '.join(off)} (trm plugins says why)" if off else ""
+    raise TrmError(
+        f"runtime.device: no backend plugin claims {device!r}; the backends here are "
+        f"{', '.join(names) or 'none'}{hint}"
+    )
+
+
 def check_spec(pm: TrmPluginManager, spec: RunSpec, log: Log | None = None) -> None:
-    """Refuse ``[plugins.NAME]`` tables that name no installed plugin (a typo), note those of
-    plugins that are off, then let every enabled plugin check the spec (``check_spec``)."""
+    """Refuse a ``runtime.device`` no backend claims and ``[plugins.NAME]`` tables that name no
+    installed plugin (a typo), note those of plugins that are off, then let every enabled
+    plugin check the spec (``check_spec``)."""
+    check_device(pm, spec.runtime.device)
     installed = {info.name: info.enabled for info in pm.infos}
     for name in spec.plugins:
         if name not in installed:

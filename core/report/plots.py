@@ -119,7 +119,7 @@ def _at_step(run: Run, key: str) -> Callable[[dict[str, Any]], float | None]:
 
 
 def _time_scale(runs: list[Run]) -> tuple[float, str]:
-    longest_s = max((run.train[-1]["wall_s"] for run in runs), default=0.0)
+    longest_s = max((run.train[-1]["wall_s"] for run in runs if run.train), default=0.0)
     return (3600.0, "training time (h)") if longest_s > 3 * 3600 else (60.0, "training time (min)")
 
 

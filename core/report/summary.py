@@ -38,7 +38,8 @@ def _best(values: list[float]) -> float | None:
 
 def run_summary(run: Run) -> dict[str, Any]:
     """One row of the table, as JSON-ready data (None where the run does not say)."""
-    last = run.train[-1]
+    # an imported run (trm import) has no training rows yet: its step is its event rows'
+    last = run.train[-1] if run.train else {"step": max(r.get("step", 0) for r in run.rows)}
     exact = [r["exact_accuracy"] for r in run.evals if "exact_accuracy" in r]
     cells = [r["cell_accuracy"] for r in run.evals if "cell_accuracy" in r]
     best_step = None

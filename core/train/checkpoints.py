@@ -15,11 +15,14 @@ measurement (it pays for warm-up and compilation).
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 from attrs import define, field
 
@@ -102,6 +105,29 @@ class CheckpointSchedule:
         )
 
 
+def host_copy(value: Any) -> Any:
+    """``value`` (a checkpoint payload: tensors in dicts, lists and tuples) with every tensor
+    copied once, straight into host memory: a snapshot that later steps cannot change."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {key: host_copy(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(host_copy(item) for item in value)
+    return value
+
+
+@define
+class PendingWrite:
+    """Rank 0's checkpoint being written in the background (on the other ranks only its step
+    and reason are known): the thread, and its outcome once it ends."""
+
+    step: int
+    reason: str
+    thread: threading.Thread | None = None
+    outcome: Path | OSError | None = None
+
+
 class Checkpointer:
     """Saves the run's checkpoints through the ``save_checkpoint`` hook; see the module doc.
 
@@ -109,7 +135,15 @@ class Checkpointer:
     the ranks' parts are gathered to rank 0, rank 0 alone calls the hook (one file, renamed
     into place, so no checkpoint ever lacks a rank's part), and its outcome is shared so every
     rank counts failures and checkpoint steps alike.
-    ``state.checkpoint_step`` is the step of the newest checkpoint written or resumed from.
+
+    ``background`` (the default under data parallelism): rank 0 copies the checkpoint to host
+    memory (``host_copy``: the weights, optimizer states, EMA, every rank's carry rows) and
+    every rank trains on at once, while a thread serializes, fsyncs, hashes and rotates. The
+    next checkpoint first waits for that write and shares its outcome (:meth:`settle`); an
+    "end" or "stop" checkpoint is waited for at once, and :meth:`flush` waits for a write the
+    run's end left pending. A failed background write is counted when it is settled.
+    ``state.checkpoint_step`` is the step of the newest checkpoint written (settled) or
+    resumed from.
     """
 
     def __init__(
@@ -119,6 +153,7 @@ class Checkpointer:
         schedule: CheckpointSchedule,
         journal: Journal,
         parallel: DataParallel | None = None,
+        background: bool | None = None,
     ) -> None:
         self.pm = pm
         self.run_dir = run_dir
@@ -126,6 +161,8 @@ class Checkpointer:
         self.journal = journal
         self.parallel = parallel if parallel is not None and parallel.active else None
         self.writes = parallel is None or parallel.world.is_first
+        self.background = self.parallel is not None if background is None else background
+        self.pending: PendingWrite | None = None
         self.failures = 0
         self.warned_unsaved = False
 
@@ -149,32 +186,97 @@ class Checkpointer:
     def save(self, state: TrainState, reason: str) -> None:
         """Checkpoint ``state`` unless this step already has one; a failure warns, and
         MAX_CHECKPOINT_FAILURES in a row raise TrainingFailed."""
-        if state.checkpoint_step == state.step and reason == "stop":
+        pending_step = self.pending.step if self.pending is not None else None
+        if reason == "stop" and state.step in (state.checkpoint_step, pending_step):
             return
         if not all(bool(torch.isfinite(t).all()) for t in state.model.parameters()):
             raise TrainingFailed(
                 f"step {state.step}: the weights are no longer finite; the run stops and "
                 f"{last_good(state)} — lower train.lr"
             )
+        self.settle(state)  # the previous background write ends before this one starts
         parts = self.parallel.gather_parts(state) if self.parallel is not None else None
+        if self.background:
+            if self.writes:
+                self._start_write(state, reason, parts)
+            else:
+                self.pending = PendingWrite(state.step, reason)
+            self.schedule.saved(state.step, time.perf_counter())
+            if reason in ("end", "stop"):  # the run ends: its last checkpoint must be on disk
+                self.settle(state)
+            return
         outcome: Path | OSError | None = None
         if self.writes:
             outcome = self._write(state, reason, parts)
         if self.parallel is not None:  # every rank learns what rank 0's write did
             outcome = self.parallel.share_outcome(outcome)
-        if isinstance(outcome, OSError):
-            self._failed(state, reason, outcome)
-            return
-        path = outcome
-        self.failures = 0
         self.schedule.saved(state.step, time.perf_counter())
-        if path is not None:
-            state.checkpoint_step = state.step
-            self.journal.event(state.step, "checkpoint", quiet=True, reason=reason)
+        self._record(state, state.step, reason, outcome)
+
+    def settle(self, state: TrainState) -> None:
+        """Wait for the pending background write, share its outcome with every rank and
+        record it (a collective under data parallelism; nothing when none is pending)."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return
+        if pending.thread is not None:
+            pending.thread.join()
+        outcome = pending.outcome
+        if self.parallel is not None:
+            outcome = self.parallel.share_outcome(outcome)
+        self._record(state, pending.step, pending.reason, outcome)
+
+    def flush(self, state: TrainState) -> None:
+        """Wait for this rank's pending write without a collective (the run is ending, maybe
+        after a failure, so the other ranks may be gone): rank 0 records its outcome."""
+        pending, self.pending = self.pending, None
+        if pending is None or pending.thread is None:
+            return
+        pending.thread.join()
+        metrics = self.journal.metrics
+        # after the loop's end metrics.jsonl is closed: open it again for the outcome's row
+        reopened = contextlib.nullcontext() if metrics.is_open else metrics
+        with reopened, contextlib.suppress(TrainingFailed):  # the run ends anyway
+            self._record(state, pending.step, pending.reason, pending.outcome)
+
+    def _start_write(
+        self, state: TrainState, reason: str, parts: list[dict[str, Any]] | None
+    ) -> None:
+        """Rank 0: snapshot the checkpoint to host memory, write it on a thread."""
+        state.rank_parts = parts
+        try:
+            payload = state.state_dict()
+        finally:
+            state.rank_parts = None
+        carry = payload.pop("carry")  # already a fresh host copy (TRMCarry.state_dict)
+        payload = host_copy(payload)
+        payload["carry"] = carry
+        frozen = attrs.evolve(state, last_eval=dict(state.last_eval), snapshot=payload)
+        pending = PendingWrite(state.step, reason)
+
+        def write() -> None:
+            pending.outcome = self._write(frozen, reason, None)
+
+        pending.thread = threading.Thread(target=write, name="trm-checkpoint", daemon=False)
+        self.journal.metrics.sync()
+        pending.thread.start()
+        self.pending = pending
+
+    def _record(
+        self, state: TrainState, step: int, reason: str, outcome: Path | OSError | None
+    ) -> None:
+        """What the write of the checkpoint of ``step`` did, for every rank alike."""
+        if isinstance(outcome, OSError):
+            self._failed(state, step, reason, outcome)
+            return
+        self.failures = 0
+        if outcome is not None:
+            state.checkpoint_step = step
+            self.journal.event(step, "checkpoint", quiet=True, reason=reason)
         elif not self.warned_unsaved:
             self.warned_unsaved = True
             self.journal.log(
-                f"warning: step {state.step}: no checkpoint written — no plugin saves "
+                f"warning: step {step}: no checkpoint written — no plugin saves "
                 "checkpoints (is checkpoint switched off?)"
             )
 
@@ -184,24 +286,25 @@ class Checkpointer:
         """Rank 0's write through the hook: the path, None (no plugin saves), or the OSError."""
         state.rank_parts = parts
         try:
-            self.journal.metrics.sync()
+            if state.snapshot is None:  # a background write synced the metrics before
+                self.journal.metrics.sync()
             return self.pm.hook.save_checkpoint(state=state, run_dir=self.run_dir, reason=reason)
         except OSError as exc:
             return exc
         finally:
             state.rank_parts = None
 
-    def _failed(self, state: TrainState, reason: str, exc: OSError) -> None:
+    def _failed(self, state: TrainState, step: int, reason: str, exc: OSError) -> None:
         self.failures += 1
-        self.journal.event(state.step, "checkpoint_failed", reason=reason, error=str(exc))
+        self.journal.event(step, "checkpoint_failed", reason=reason, error=str(exc))
         kept = last_good(state)
         self.journal.log(
-            f"warning: checkpoint at step {state.step} failed ({exc}); {kept} "
+            f"warning: checkpoint at step {step} failed ({exc}); {kept} "
             f"({self.failures} of {MAX_CHECKPOINT_FAILURES} failures in a row stop the run)"
         )
         if self.failures >= MAX_CHECKPOINT_FAILURES:
             raise TrainingFailed(
-                f"step {state.step}: {MAX_CHECKPOINT_FAILURES} checkpoint saves in a row "
+                f"step {step}: {MAX_CHECKPOINT_FAILURES} checkpoint saves in a row "
                 f"failed (last: {exc}); {kept} — free disk space or fix the run directory, "
                 "then resume"
             ) from exc

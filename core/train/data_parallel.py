@@ -85,18 +85,15 @@ class DataParallel:
 
     # ---------------------------------------------------------------- each step
 
-    def reduce_step(self, model: torch.nn.Module, sums: dict[str, float]) -> dict[str, float]:
-        """Sum the dense gradients and the step's loss and metric sums over the ranks.
-
-        The gradients go in one all-reduce (per dtype); the sums in another, so every rank
-        sees the global loss (a non-finite loss stops every rank at once) and the global
-        metrics row."""
+    def reduce_step(self, model: torch.nn.Module, sums: torch.Tensor) -> None:
+        """Sum the dense gradients and the step's loss and metric sums (the step's device
+        vector) over the ranks, in place, in one flattened all-reduce per dtype, so every
+        rank sees the global loss (a non-finite loss stops every rank at once) and the
+        global metrics row. No host read."""
         if not self.active:
-            return sums
+            return
         grads = [p.grad for p in model.parameters() if p.requires_grad and p.grad is not None]
-        distributed.all_reduce_sum_(grads)
-        keys = sorted(sums)
-        return dict(zip(keys, distributed.all_reduce_sums([sums[k] for k in keys]), strict=True))
+        distributed.all_reduce_sum_([*grads, sums])
 
     def agree(self, mine: Decision) -> Decision:
         """The decision of all ranks: stop if any rank stops, checkpoint if any asks, pause
@@ -125,8 +122,8 @@ class DataParallel:
         if not self.active:
             return None
         part = {
-            "carry": state.carry.to("cpu").state_dict() if state.carry is not None else None,
-            "rng": capture_rng(state.device),
+            "carry": state.carry.state_dict() if state.carry is not None else None,
+            "rng": capture_rng(state.backend, state.device),
             "micro_batch_size": state.micro_batch_size,
         }
         return distributed.gather_to_first(part)
@@ -155,13 +152,13 @@ class DataParallel:
                     f"global batch {self.global_batch}: the carry starts afresh"
                 )
                 state.carry = None
-            elif self.active:
+            elif self.active:  # the loaded carry is still on the host: only these rows move
                 index = torch.arange(self.rows.start, self.rows.stop, device=state.carry.z_H.device)
                 state.carry = state.carry.index_rows(index)
         if saved_world == self.world.size:
             if self.active and len(parts) == self.world.size:
                 mine = parts[self.world.rank]
-                restore_rng(mine["rng"])
+                restore_rng(mine["rng"], state.backend, state.device)
                 state.micro_batch_size = int(mine["micro_batch_size"])
             return ""
         configured = state.spec.runtime.micro_batch_size or self.global_batch
@@ -182,5 +179,11 @@ class DataParallel:
 
 
 def _gather_lookups(ids: torch.Tensor, grads: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every rank's puzzle-embedding lookups and their gradients, in rank order."""
-    return distributed.all_gather_rows(ids), distributed.all_gather_rows(grads)
+    """Every rank's puzzle-embedding lookups and their gradients, in rank order. Every rank
+    looks up one id per row of its equal share of the global batch, so the row counts are
+    known: no count is exchanged (and no host read made)."""
+    rows = ids.shape[0]
+    return (
+        distributed.all_gather_rows(ids, rows_each=rows),
+        distributed.all_gather_rows(grads, rows_each=rows),
+    )

@@ -18,9 +18,8 @@ from trm.control import TrainControl
 from trm.data.evaluator import TaskEvaluator
 from trm.data.sampler import SplitIndex
 from trm.device import distributed
-from trm.device.memory import free_cached_memory
+from trm.device.contract import Placement
 from trm.device.oom import is_out_of_memory
-from trm.device.transfer import autocast, to_device
 from trm.model import ACTLoss
 from trm.plugin_manager import TrmPluginManager
 from trm.state import TrainState
@@ -36,16 +35,15 @@ def run_all_steps(
     model: torch.nn.Module,
     batch: dict[str, torch.Tensor],
     halt_max_steps: int,
-    device: torch.device,
-    dtype: torch.dtype | None,
+    placement: Placement,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Every supervision step on ``batch`` (model in eval mode): the last step's outputs and,
     per row, the step (1..halt_max_steps) at which the Q head first asked to halt by the
     training rule (``halt_max_steps`` when it never did)."""
     carry = model.initial_carry(batch)
     outputs: dict[str, torch.Tensor] = {}
-    halt_steps = torch.full((batch["inputs"].shape[0],), halt_max_steps, device=device)
-    with autocast(device, dtype):
+    halt_steps = torch.full((batch["inputs"].shape[0],), halt_max_steps, device=placement.device)
+    with placement.autocast():
         for step in range(1, halt_max_steps + 1):
             carry, outputs = model(carry, batch)
             asks = _asks_to_halt(model, outputs) & (halt_steps == halt_max_steps)
@@ -57,12 +55,11 @@ def predict_with_halt(
     model: torch.nn.Module,
     batch: dict[str, torch.Tensor],
     halt_max_steps: int,
-    device: torch.device,
-    dtype: torch.dtype | None,
+    placement: Placement,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's answer tokens [B, seq_len] and its q_halt logits [B] (float32), both after
     all ``halt_max_steps`` supervision steps (model in eval mode)."""
-    outputs, _ = run_all_steps(model, batch, halt_max_steps, device, dtype)
+    outputs, _ = run_all_steps(model, batch, halt_max_steps, placement)
     return outputs["logits"].argmax(dim=-1), outputs["q_halt_logits"].float()
 
 
@@ -70,11 +67,10 @@ def predict(
     model: torch.nn.Module,
     batch: dict[str, torch.Tensor],
     halt_max_steps: int,
-    device: torch.device,
-    dtype: torch.dtype | None,
+    placement: Placement,
 ) -> torch.Tensor:
     """The model's answer tokens [B, seq_len] after all supervision steps (model in eval mode)."""
-    return predict_with_halt(model, batch, halt_max_steps, device, dtype)[0]
+    return predict_with_halt(model, batch, halt_max_steps, placement)[0]
 
 
 def confidence(q_halt_logits: torch.Tensor) -> np.ndarray:
@@ -139,8 +135,7 @@ def evaluate(
     index: SplitIndex,
     halt_max_steps: int,
     batch_size: int,
-    device: torch.device,
-    dtype: torch.dtype | None,
+    placement: Placement,
     max_examples: int = 0,
     task_metrics: TaskMetrics | None = None,
     task_evaluator: TaskEvaluator | None = None,
@@ -171,8 +166,8 @@ def evaluate(
         for start in range(share.start, share.stop, batch_size):
             examples = np.arange(start, min(share.stop, start + batch_size))
             rows = index.gather(examples)
-            batch = to_device(rows, device)
-            outputs, halt_steps = run_all_steps(model, batch, halt_max_steps, device, dtype)
+            batch = placement.to_device(rows)
+            outputs, halt_steps = run_all_steps(model, batch, halt_max_steps, placement)
             preds = outputs["logits"].argmax(dim=-1)
             q_halt = outputs["q_halt_logits"].float()
             add_halting_sums(halting_sums, model, outputs, halt_steps, batch["labels"])
@@ -242,8 +237,7 @@ def _merge_over_ranks(task_evaluator: TaskEvaluator) -> None:
 def evaluate_in_run(
     state: TrainState,
     index: SplitIndex,
-    device: torch.device,
-    dtype: torch.dtype | None,
+    placement: Placement,
     pm: TrmPluginManager,
     control: TrainControl,
     journal: Journal,
@@ -261,7 +255,7 @@ def evaluate_in_run(
     scoring = task_evaluation or TaskEvaluation()
     while True:
         try:
-            args = (index, spec.arch.halt_max_steps, batch_size, device, dtype)
+            args = (index, spec.arch.halt_max_steps, batch_size, placement)
             evaluator = scoring.start()
             extra = (spec.train.eval_max_examples, task_metrics, evaluator)
             if state.ema is not None:
@@ -272,9 +266,9 @@ def evaluate_in_run(
             scoring.finish(evaluator)
             break
         except Exception as exc:
-            if not is_out_of_memory(exc) or batch_size == 1:
+            if not is_out_of_memory(exc, placement.backend) or batch_size == 1:
                 raise
-        free_cached_memory(device)
+        placement.backend.free_cached_memory(placement.device)
         journal.log(f"out of memory in evaluation: batch {batch_size} -> {batch_size // 2}")
         batch_size //= 2
     state.last_eval = result

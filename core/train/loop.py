@@ -25,14 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import torch
 
 from trm.control import TrainControl
 from trm.data.reader import ReaderChoice, choose_reader
 from trm.data.shape import read_shape
 from trm.device import distributed
 from trm.device.host_memory import reuse_freed_memory
-from trm.device.memory import begin_step, step_peak_mb
 from trm.hardware import HardwareProfile
 from trm.plugin_manager import TrmPluginManager
 from trm.report.detect import detect
@@ -43,7 +41,9 @@ from trm.state import TrainState, weights_sha256
 from trm.train import requests
 from trm.train.checkpoints import Checkpointer, CheckpointSchedule
 from trm.train.data_parallel import DataParallel, Decision
+from trm.train.device_failure import device_failure, is_device_failure
 from trm.train.evaluate import evaluate_in_run
+from trm.train.interop.init_from import start_from_weights
 from trm.train.metrics_log import Journal, MetricsLog
 from trm.train.oom_retry import take_step
 from trm.train.setup import RunData, first_carry, new_state, open_data, resume
@@ -70,7 +70,8 @@ class Trainer:
     ``(steps, seconds)`` from ``--checkpoint-every`` (one of them 0), None for
     ``train.checkpoint_interval_steps``, else about every ten minutes. ``on_accepted`` runs
     once the state is built and any checkpoint accepted, before anything is written (``trm
-    run`` writes the run's record there, so a refused resume changes no file).
+    run`` writes the run's record there, so a refused resume changes no file). ``init_from``
+    (``--init-from``) starts a fresh run from those weights (``trm.train.interop.init_from``).
     """
 
     def __init__(
@@ -86,8 +87,10 @@ class Trainer:
         checkpoint_interval: tuple[int, float] | None = None,
         on_accepted: Callable[[TrainState], None] | None = None,
         reader: ReaderChoice | None = None,
+        init_from: Path | None = None,
     ) -> None:
         self.spec, self.runtime, self.pm = spec, runtime, pm
+        self.init_from = init_from
         self.run_dir, self.data_dir, self.resume_from = run_dir, data_dir, resume
         self.max_steps = max_steps
         self.on_accepted = on_accepted
@@ -95,8 +98,7 @@ class Trainer:
         self.data_wait_s = 0.0
         self.parallel = DataParallel(distributed.current(), spec.train.global_batch_size)
         self.setup = StepSetup(
-            device=torch.device(runtime.device),
-            dtype=runtime.autocast_dtype,
+            placement=runtime.placement(),
             loss=spec.arch.loss,
             global_batch=spec.train.global_batch_size,
             parallel=self.parallel if self.parallel.active else None,
@@ -123,7 +125,7 @@ class Trainer:
         if self.runtime.reuse_host_memory:
             reuse_freed_memory()
         state, data = self.setup_run()
-        first_carry(state, data, self.setup.device, self.parallel.rows)
+        first_carry(state, data, self.setup.placement, self.parallel.rows)
         if self.on_accepted is not None:
             self.on_accepted(state)
         self.stop_step = min(state.total_steps, self.max_steps or state.total_steps)
@@ -152,10 +154,16 @@ class Trainer:
                         break
         except BaseException as exc:
             stopped = "quit" if isinstance(exc, KeyboardInterrupt) else "failed"
+            if is_device_failure(exc):  # one line and the last good checkpoint, no traceback
+                self.checkpoints.flush(state)  # a write in the background still finishes
+                failure = device_failure(exc, state, self.runtime.device)
+                error = str(failure)
+                raise failure from exc
             error = str(exc) or type(exc).__name__
             raise
         finally:
             data.reader.close()
+            self.checkpoints.flush(state)
             state.wall_s_before = clock.total_s()
             summary = self.finish(state, stopped, error, clock)
         return summary
@@ -164,8 +172,15 @@ class Trainer:
         """Open the data, build the state, resume (TrmError when a checkpoint does not fit)."""
         shape = read_shape(self.data_dir, self.spec.data.train_split)
         choice = self.reader or choose_reader(self.spec, shape, HardwareProfile())
+        runtime = self.runtime
         data = open_data(
-            self.spec, self.data_dir, self.pm, choice, self.runtime.device, self.journal.log
+            self.spec,
+            self.data_dir,
+            self.pm,
+            choice,
+            runtime.device,
+            self.journal.log,
+            runtime.backend,
         )
         local = self.parallel.local_batch if self.parallel.active else None
         try:
@@ -174,6 +189,8 @@ class Trainer:
             self.world_note = resume(
                 state, self.pm, self.resume_from, self.journal.log, self.parallel
             )
+            if self.init_from is not None:
+                start_from_weights(state, self.pm, self.init_from, self.journal.log)
         except BaseException:
             data.reader.close()
             raise
@@ -208,7 +225,8 @@ class Trainer:
         batch = data.reader.batch(state.step)
         waited_s = time.perf_counter() - started_s
         self.data_wait_s += waited_s
-        begin_step(self.setup.device)
+        backend, device = self.runtime.backend, self.setup.device
+        backend.begin_step(device)
         sums = take_step(state, batch, self.setup, self.pm, control, self.journal)
         state.step += 1
         state.samples += int(sums["rows"])
@@ -217,7 +235,7 @@ class Trainer:
             sums,
             time.perf_counter() - started_s,
             self.process.memory_info().rss,
-            step_peak_mb(self.setup.device),
+            backend.step_peak_mb(device),
         )
         record["data_wait_s"] = round(waited_s, 4)
         record["wall_s"] = round(self.clock.total_s(), 3)
@@ -248,8 +266,7 @@ class Trainer:
             asked += evaluate_in_run(
                 state,
                 data.evaluation,
-                self.setup.device,
-                self.setup.dtype,
+                self.setup.placement,
                 self.pm,
                 control,
                 self.journal,
@@ -333,7 +350,12 @@ class Trainer:
         that trained; under data parallelism ``ranks_agree`` says whether every rank ended with
         the same weights (checked when the ranks ended together, else None)."""
         process_s = max(clock.total_s() - clock.before_s, 1e-9)
-        digest = weights_sha256(state.model)
+        try:
+            digest: str | None = weights_sha256(state.model)
+        except Exception:  # a failed device cannot give its weights back: no fingerprint
+            if stopped != "failed":
+                raise
+            digest = None
         summary = {
             "stopped": stopped,
             "error": error,
@@ -351,6 +373,7 @@ class Trainer:
             "checkpoint_step": state.checkpoint_step,
             "micro_batch_size": state.micro_batch_size,
             "device": self.runtime.device,
+            "backend": self.runtime.backend_name,
             "precision": self.runtime.precision,
             "data_wait_s": round(self.data_wait_s, 3),
             "data_wait_share": round(self.data_wait_s / process_s, 4),

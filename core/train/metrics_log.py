@@ -54,6 +54,11 @@ class MetricsLog:
         tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
         os.replace(tmp, self.path)
 
+    @property
+    def is_open(self) -> bool:
+        """Whether rows can be written now (inside the context)."""
+        return self._fd is not None
+
     def __enter__(self) -> MetricsLog:
         if self.path is None:
             self._fd = os.open(os.devnull, os.O_WRONLY)

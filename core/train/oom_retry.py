@@ -5,6 +5,10 @@ restored, the carry never written (see :mod:`trm.train.step`), the error's frame
 and ``on_out_of_memory`` asks the plugins for less memory: activation checkpointing switched
 on (the micro-batch is kept) or a smaller micro-batch. The same examples then run again with
 the same exploration draws. With neither the run fails.
+
+A compiled network whose compilation fails at the step (torch.compile compiles lazily: a
+missing toolchain shows only then) is undone the same way and the step runs again eager,
+with one line saying why (:mod:`trm.device.compile`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,12 @@ from __future__ import annotations
 import numpy as np
 
 from trm.control import TrainControl, fit_micro_batch
+from trm.device.compile import (
+    compile_failure_summary,
+    is_compile_failure,
+    is_compiled,
+    uncompile_network,
+)
 from trm.device.oom import is_out_of_memory
 from trm.device.rng import capture_rng, restore_rng
 from trm.errors import TrainingFailed
@@ -30,18 +40,29 @@ def take_step(
     control: TrainControl,
     journal: Journal,
 ) -> dict[str, float]:
-    """One optimizer update over ``batch``, retried at a smaller micro-batch after OOM."""
-    rng = capture_rng(setup.device)
+    """One optimizer update over ``batch``, retried at a smaller micro-batch after OOM, or
+    eager after a compile failure."""
+    backend, device = setup.placement.backend, setup.placement.device
+    rng = capture_rng(backend, device)
     while True:
         try:
             return attempt_step(state, batch, setup)
         except Exception as exc:
-            if not is_out_of_memory(exc):
+            compile_failed = is_compiled(state.model) and is_compile_failure(exc)
+            if not compile_failed and not is_out_of_memory(exc, backend):
                 raise
             error = exc.with_traceback(None)  # drop the frames that hold activations
         for opt in state.optimizers:
             opt.zero_grad(set_to_none=True)
-        restore_rng(rng)
+        restore_rng(rng, backend, device)
+        if compile_failed:
+            uncompile_network(state.model)
+            journal.event(state.step + 1, "compile_failed", quiet=True, error=str(error)[:500])
+            journal.log(
+                f"torch.compile failed ({compile_failure_summary(error)}); running eager "
+                "from here (set runtime.compile = 'off' to skip the attempt)"
+            )
+            continue
         _shrink_or_fail(state, error, pm, control, journal)
 
 

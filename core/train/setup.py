@@ -13,8 +13,8 @@ from trm.data.puzzle_dataset import PuzzleSplit, open_split
 from trm.data.reader import DataReader, MemoryReader, ReaderChoice
 from trm.data.sampler import SplitIndex, TrainSampler
 from trm.data.shape import DatasetShape
-from trm.device.compile import compile_for_runtime
-from trm.device.transfer import to_device
+from trm.device.compile import compile_network
+from trm.device.contract import HOST, DeviceBackend, Placement
 from trm.errors import TrmError
 from trm.model import EMA, build_model, build_optimizers
 from trm.plan.dataset import find_data_source
@@ -23,6 +23,7 @@ from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.state import TrainState
 from trm.train.data_parallel import DataParallel
+from trm.train.device_failure import device_change_line, device_changed, recorded_device
 from trm.train.evaluate import TaskMetrics
 from trm.train.task_evaluation import TaskEvaluation, task_evaluation
 
@@ -40,14 +41,24 @@ class RunData:
 
 
 def open_reader(
-    pm: TrmPluginManager, split: PuzzleSplit, choice: ReaderChoice, device: str
+    pm: TrmPluginManager,
+    split: PuzzleSplit,
+    choice: ReaderChoice,
+    device: str,
+    backend: DeviceBackend = HOST,
 ) -> DataReader:
-    """The reader ``open_dataset`` gives for ``choice``; the core serves ``memory`` itself."""
+    """The reader ``open_dataset`` gives for ``choice``; the core serves ``memory`` itself,
+    reading ahead for a device with memory of its own and pinning where ``backend`` asks."""
     reader = pm.hook.open_dataset(split=split, choice=choice, device=device)
     if reader is not None:
         return reader
     if choice.name == "memory":
-        return MemoryReader(split)
+        # On an accelerator the loop only queues work, so batches gathered (and pinned,
+        # where the backend copies from pinned memory) ahead overlap with the device's; on
+        # the CPU the loop's thread is the device, and a gather costs less than a thread's
+        # wake-ups: read in the loop.
+        ahead = choice.prefetch_steps if backend.has_device_memory else 0
+        return MemoryReader(split, ahead, pin_memory=backend.pins_host_batches)
     raise TrmError(
         f"data.reader {choice.name!r}: no plugin serves it (is the streaming plugin switched "
         "off? trm plugins lists them); use data.reader = 'memory' or switch it on"
@@ -61,6 +72,7 @@ def open_data(
     choice: ReaderChoice,
     device: str,
     log: Callable[[str], None],
+    backend: DeviceBackend = HOST,
 ) -> RunData:
     """Open the spec's splits in ``data_dir``: the train split through its reader, the
     evaluation split memory-mapped (it is read once per evaluation, in order)."""
@@ -68,7 +80,8 @@ def open_data(
     evaluation = SplitIndex(open_split(eval_path)) if eval_path.exists() else None
     if evaluation is None:
         log(f"no {spec.data.eval_split!r} split in {data_dir}: training without evaluation")
-    reader = open_reader(pm, open_split(data_dir / spec.data.train_split), choice, device)
+    train_split = open_split(data_dir / spec.data.train_split)
+    reader = open_reader(pm, train_split, choice, device, backend)
     log(f"data reader: {reader.name} ({choice.reason})")
     train = reader.index
     meta = train.split.metadata
@@ -108,7 +121,8 @@ def new_state(
     # "auto" starts off: the tier turned it "on" where that fits a faster micro-batch, and
     # memory-guard may switch it on after an out-of-memory error
     model.set_activation_checkpointing(spec.runtime.activation_checkpointing == "on")
-    compile_for_runtime(model, runtime)
+    if runtime.compile:
+        compile_network(model, runtime.backend)
     return TrainState(
         spec=spec,
         model=model,
@@ -120,6 +134,7 @@ def new_state(
         micro_batch_size=micro_batch_size,
         data_dir=str(data_dir),
         dataset_shape=data.shape,
+        backend=runtime.backend,
     )
 
 
@@ -145,11 +160,22 @@ def resume(
             raise TrmError(f"--resume {resume_from}: no checkpoint found there")
         return ""
     where = f"checkpoint {payload.get('loaded_from', target)}"
-    for note in state.load_state_dict(payload, where):
+    saved_device = recorded_device(payload)
+    alone = parallel is None or not parallel.active  # under torchrun each rank has its GPU
+    moved = saved_device is not None and device_changed(saved_device, state.device, alone)
+    # when moved, the device-change line below says what became of the RNG states
+    notes = state.load_state_dict(payload, where, rng_said=moved)
+    for note in notes:
         log(f"warning: {note}")
     world_note = parallel.adopt(state, payload, log) if parallel is not None else ""
+    if state.carry is not None:  # this process's rows only, straight to its device
+        state.carry = state.carry.to(state.device)
     state.checkpoint_step = state.step
     log(f"resumed from step {state.step} ({state.samples} samples) of {where}")
+    if moved:
+        assert saved_device is not None
+        rows = state.carry.batch_size if state.carry is not None else None
+        log(device_change_line(saved_device, state.device, state.step, rows))
     return world_note
 
 
@@ -175,11 +201,11 @@ def _load_agreed(
 
 
 def first_carry(
-    state: TrainState, data: RunData, device: torch.device, rows: slice = slice(None)
+    state: TrainState, data: RunData, placement: Placement, rows: slice = slice(None)
 ) -> None:
     """Give a fresh run its carry (every row halted: the first step resets each row);
     ``rows``: this rank's rows of the global batch under data parallelism."""
     if state.carry is None:
         examples = data.sampler.examples_for_step(0)[rows]
-        template = to_device(data.reader.index.gather(examples), device)
+        template = placement.to_device(data.reader.index.gather(examples))
         state.carry = state.model.initial_carry(template)

@@ -3,6 +3,13 @@ update at the learning rate of this update.
 
 A step is all or nothing: the carry is written back only after every micro-batch succeeded,
 so a step that fails (out of memory) can be undone and retried by :mod:`trm.train.oom_retry`.
+
+The step never waits for the device until its end: the loss and metric sums of every
+micro-batch are added on the device, in one vector, and after the update and the backend's
+step boundary (``mark_step``) that vector is copied to the host once — the only host read of a
+step, whatever its micro-batch count (tests/test_host_syncs.py counts them). The loss-is-
+finite check reads that same copy: a non-finite loss is found after the update, so the run
+stops with weights it never saves — the last good checkpoint stays the one to resume from.
 """
 
 from __future__ import annotations
@@ -14,27 +21,53 @@ import numpy as np
 import torch
 from attrs import frozen
 
+from trm.device.contract import Placement
 from trm.device.oom import is_out_of_memory
-from trm.device.transfer import autocast, to_device
 from trm.errors import TrainingFailed
 from trm.model import ACTLoss, TinyRecursiveModel, TRMCarry, lr_at_step
 from trm.state import TrainState, last_good
 from trm.train.data_parallel import DataParallel
+
+# The sums a step adds on the device, in the order of its sums vector: the loss, then
+# ACTLoss's metric sums (``q_continue_loss`` and ``steps`` are 0 where the model has none).
+SUM_KEYS = (
+    "loss_sum",
+    "count",
+    "cell_correct",
+    "exact_correct",
+    "q_halt_correct",
+    "steps",
+    "lm_loss",
+    "q_halt_loss",
+    "q_continue_loss",
+)
 
 
 @frozen
 class StepSetup:
     """What every step of a run needs besides the state; fixed for the run.
 
-    ``parallel`` (None: one process) is this rank's share of a data-parallel run: the batch
-    holds its ``rows`` of the global batch, and the gradients and sums are all-reduced
-    before the update (:mod:`trm.train.data_parallel`)."""
+    ``placement``: the backend, device and autocast dtype. ``parallel`` (None: one process)
+    is this rank's share of a data-parallel run: the batch holds its ``rows`` of the global
+    batch, and the gradients and sums are all-reduced before the update
+    (:mod:`trm.train.data_parallel`)."""
 
-    device: torch.device
-    dtype: torch.dtype | None
+    placement: Placement
     loss: str
     global_batch: int
     parallel: DataParallel | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.placement.device
+
+
+def sums_vector(loss_sum: torch.Tensor, metrics: dict[str, torch.Tensor]) -> torch.Tensor:
+    """One micro-batch's loss and metric sums as a float32 vector in :data:`SUM_KEYS` order,
+    on the device (no host read)."""
+    values = {"loss_sum": loss_sum.detach(), **metrics}
+    zero = loss_sum.new_zeros(())
+    return torch.stack([values.get(key, zero).detach().float() for key in SUM_KEYS])
 
 
 def accumulate_gradients(
@@ -46,9 +79,8 @@ def accumulate_gradients(
     micro_batch_size: int,
     loss: str,
     divisor: int,
-    device: torch.device,
-    dtype: torch.dtype | None = None,
-) -> tuple[list[tuple[slice, TRMCarry]], dict[str, float]]:
+    placement: Placement,
+) -> tuple[list[tuple[slice, TRMCarry]], torch.Tensor]:
     """Forward and backward over ``batch`` in micro-batches of ``micro_batch_size`` rows
     (the last one holds the remaining rows when the size does not divide the batch).
 
@@ -57,16 +89,16 @@ def accumulate_gradients(
     ``backward``, so the gradients accumulated in ``.grad`` (and the puzzle-embedding lookups)
     equal those of one pass over the whole batch. ``carry`` is not modified: the new rows come
     back as ``(rows, new_carry)`` pieces for the caller to write back with ``assign_rows``.
-    Returns the pieces and the sums of the loss and the ACT metrics over all rows (``rows``
-    counts the rows that ran).
+    Returns the pieces and the sums over all rows as a device vector (:func:`sums_vector`);
+    nothing is read back to the host.
     """
     total = carry.batch_size
     pieces: list[tuple[slice, TRMCarry]] = []
-    sums: dict[str, float] = {"loss_sum": 0.0, "rows": 0.0}
+    sums: torch.Tensor | None = None
     for start in range(0, total, micro_batch_size):
         rows = slice(start, min(total, start + micro_batch_size))
         sub_batch = {k: v[rows] for k, v in batch.items()}
-        with autocast(device, dtype):
+        with placement.autocast():
             new_carry, outputs = model(
                 carry.index_rows(rows), sub_batch, min_halt_steps=min_halt_steps[rows]
             )
@@ -75,10 +107,9 @@ def accumulate_gradients(
         )
         (loss_sum / divisor).backward()
         pieces.append((rows, new_carry))
-        sums["loss_sum"] += float(loss_sum.detach())
-        sums["rows"] += rows.stop - rows.start
-        for key, value in metrics.items():
-            sums[key] = sums.get(key, 0.0) + float(value)
+        vector = sums_vector(loss_sum, metrics)
+        sums = vector if sums is None else sums + vector
+    assert sums is not None, "a step has at least one row"
     return pieces, sums
 
 
@@ -86,17 +117,19 @@ def attempt_step(
     state: TrainState, batch: dict[str, np.ndarray], setup: StepSetup
 ) -> dict[str, float]:
     """Run optimizer update number ``state.step + 1`` over ``batch``; returns the sums
-    (over the global batch: summed over the ranks under data parallelism).
+    (over the global batch: summed over the ranks under data parallelism), read from the
+    device once, after the update.
 
     Raises the out-of-memory error of a forward or backward untouched (the caller undoes the
-    step and retries); raises TrainingFailed for a non-finite loss and for out of memory in
-    the update, after which the weights may be partly updated. The learning rate is that of
-    update ``k = state.step + 1`` (the first update warms up from ``lr / warmup``), as the
-    reference implementation counts.
+    step and retries); raises TrainingFailed for a non-finite loss (found after the update:
+    the live weights are then not saved) and for out of memory in the update, after which
+    the weights may be partly updated. The learning rate is that of update
+    ``k = state.step + 1`` (the first update warms up from ``lr / warmup``), as the reference
+    implementation counts.
     """
-    model = state.model
-    device_batch = to_device(batch, setup.device)
-    min_halt_steps = model.draw_min_halt_steps(setup.global_batch, setup.device)
+    model, placement = state.model, setup.placement
+    device_batch = placement.to_device(batch)
+    min_halt_steps = model.draw_min_halt_steps(setup.global_batch, placement.device)
     if setup.parallel is not None:  # every rank draws the global batch's, then keeps its rows
         min_halt_steps = min_halt_steps[setup.parallel.rows]
     for opt in state.optimizers:
@@ -109,16 +142,10 @@ def attempt_step(
         micro_batch_size=state.micro_batch_size,
         loss=setup.loss,
         divisor=setup.global_batch,
-        device=setup.device,
-        dtype=setup.dtype,
+        placement=placement,
     )
     if setup.parallel is not None:
-        sums = setup.parallel.reduce_step(model, sums)
-    if not math.isfinite(sums["loss_sum"]):
-        raise TrainingFailed(
-            f"step {state.step + 1}: the loss is not finite ({sums['loss_sum']}); the run "
-            f"stops and {last_good(state)} — lower train.lr or check the data, then resume"
-        )
+        setup.parallel.reduce_step(model, sums)
     for rows, new_carry in pieces:
         state.carry.assign_rows(rows, new_carry)
     del pieces
@@ -133,15 +160,24 @@ def attempt_step(
         if state.ema is not None:
             state.ema.update(model)
     except Exception as exc:
-        if not is_out_of_memory(exc):
+        if not is_out_of_memory(exc, placement.backend):
             raise
         raise TrainingFailed(
             f"step {update}: out of memory while updating the weights, which may now be "
             f"partly updated, so the run stops; {last_good(state)} — resume with a smaller "
             "runtime.micro_batch_size or a smaller model"
         ) from None
-    sums["lr"] = lr_at_step(update, state.spec.train, state.total_steps)
-    return sums
+    placement.mark_step()
+    values = placement.backend.read_values(sums)  # the step's one host read
+    result = dict(zip(SUM_KEYS, values, strict=True))
+    if not math.isfinite(result["loss_sum"]):
+        raise TrainingFailed(
+            f"step {update}: the loss is not finite ({result['loss_sum']}); the run "
+            f"stops and {last_good(state)} — lower train.lr or check the data, then resume"
+        )
+    result["rows"] = float(setup.global_batch)
+    result["lr"] = lr_at_step(update, state.spec.train, state.total_steps)
+    return result
 
 
 def step_record(

@@ -51,11 +51,14 @@ class TaskPlan:
         return int(self.ks.shape[0])
 
     def train_pairs(self) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The pairs of this task in the train split, in the reference's order."""
+        """The pairs of this task in the train split, in the reference's order: as its file
+        lists them (a training task's test pairs first when "test" comes first there)."""
         pairs = list(self.task.train)
-        if not self.is_test:
-            pairs += all_test_pairs(self.task)
-        return pairs
+        if self.is_test:
+            return pairs
+        if self.task.test_first:
+            return all_test_pairs(self.task) + pairs
+        return pairs + all_test_pairs(self.task)
 
     def test_pairs(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """The pairs of this task in the test split (none unless ``is_test``)."""

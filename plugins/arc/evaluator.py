@@ -12,19 +12,29 @@ For every row the evaluator
 4. counts the un-augmented answer as one vote for that candidate, adding its confidence
    sigmoid(q_halt) after all supervision steps.
 
-Candidates of a test input are ranked by (votes, mean confidence), highest first; an exact
-tie is broken by the grid's bytes, so the ranking never depends on the order rows arrived in
-or how they were split between processes. ``pass@K`` counts a test input solved when the
-true output is among its top K candidates; a task's score is the fraction of its test inputs
-solved, and ``pass@K`` is the mean over the tasks whose test outputs are known (a task with
-no rows evaluated scores 0, so a partial evaluation, ``eval_max_examples``, scores low).
+Candidates of a test input are ranked by (votes, mean confidence), highest first. Two
+choices are the :class:`VoteRules` in force; the default, :data:`REFERENCE_RULES`, is the
+reference's evaluators/arc.py, so a published pass@K is reproduced exactly:
 
-Where this differs from the reference: an answer whose top-left cell is not a colour crops
-to no grid and is no candidate (the reference votes for its empty grid); rows whose input
-matches no test input of a task in ``test_puzzles.json`` (another split, another dataset)
-are ignored. ``submission()`` is ARC Prize's layout — ``{task_id: [{"attempt_1": grid,
-"attempt_2": grid}, ...]}``, one entry per test input in order, the two best candidates
-(the first repeated when there is one; ``[[0]]`` when there is none).
+- an exact tie (equal votes and equal mean confidence) keeps the order in which the
+  candidates first arrived (the reference's stable sort; under data parallelism, rank 0's
+  rows first, as the reference gathers them);
+- an answer whose top-left cell is not a colour crops to the empty 0x0 grid, which is voted
+  for like any other answer.
+
+:data:`TRM_RULES` (``rules="trm"``, trm's rule before it followed the reference) breaks an
+exact tie by the grid's bytes, so the ranking never depends on the order rows arrived in or
+how they were split between processes, and counts no candidate for an answer that crops to
+nothing. ``pass@K`` counts a test input solved when the true output is among its top K
+candidates; a task's score is the fraction of its test inputs solved, and ``pass@K`` is the
+mean over the tasks whose test outputs are known (a task with no rows evaluated scores 0, so
+a partial evaluation, ``eval_max_examples``, scores low).
+
+Rows whose input matches no test input of a task in ``test_puzzles.json`` (another split,
+another dataset) are ignored. ``submission()`` is ARC Prize's layout — ``{task_id:
+[{"attempt_1": grid, "attempt_2": grid}, ...]}``, one entry per test input in order, the two
+best candidates (the first repeated when there is one; ``[[0]]`` when there is none, where
+the reference leaves the entry out).
 
 The state is a dict of vote counts; :meth:`ArcEvaluator.records` flattens it into plain
 tuples ``(task_id, test_index, candidate, votes, confidence_sum)`` (``candidate`` is
@@ -54,6 +64,25 @@ PRIMARY_METRIC = "pass@2"
 ATTEMPTS = 2
 # The grid both attempts hold when a test input got no candidate at all.
 NO_ANSWER = [[0]]
+
+
+@frozen
+class VoteRules:
+    """How the vote ranks exact ties and treats an answer that crops to no grid.
+
+    ``ties``: "arrival" (first arrived first: a stable sort, the reference's) or "grid" (by
+    the grid's bytes); ``empty_answer``: "vote" (for the 0x0 grid, the reference's) or
+    "skip" (no candidate)."""
+
+    name: str
+    ties: str
+    empty_answer: str
+
+
+REFERENCE_RULES = VoteRules("reference", ties="arrival", empty_answer="vote")
+TRM_RULES = VoteRules("trm", ties="grid", empty_answer="skip")
+VOTE_RULES = {rules.name: rules for rules in (REFERENCE_RULES, TRM_RULES)}
+EMPTY_GRID = np.zeros((0, 0), dtype=np.uint8)
 
 
 def candidate_key(grid: np.ndarray) -> bytes:
@@ -146,9 +175,19 @@ class ArcEvaluator:
     :meth:`result`.
     """
 
-    def __init__(self, test_set: ArcTestSet, pass_ks: Sequence[int] = PASS_KS) -> None:
+    def __init__(
+        self,
+        test_set: ArcTestSet,
+        pass_ks: Sequence[int] = PASS_KS,
+        rules: VoteRules | str = REFERENCE_RULES,
+    ) -> None:
         self.test_set = test_set
         self.pass_ks = tuple(pass_ks)
+        if isinstance(rules, str):
+            if rules not in VOTE_RULES:
+                raise TrmError(f"ARC vote rules {rules!r}: choose one of {', '.join(VOTE_RULES)}")
+            rules = VOTE_RULES[rules]
+        self.rules = rules
         # (task_id, test index) -> candidate key -> [votes, confidence sum]
         self._votes: dict[tuple[str, int], dict[bytes, list[float]]] = {}
         self.rows_seen = 0
@@ -182,9 +221,11 @@ class ArcEvaluator:
                 continue
             self.rows_matched += 1
             answer = grids.decode(tokens_out)
-            if answer is None:
+            if answer is None and self.rules.empty_answer == "skip":
                 continue
-            key = candidate_key(grids.unaugment(answer, k, colour_map))
+            key = candidate_key(
+                EMPTY_GRID if answer is None else grids.unaugment(answer, k, colour_map)
+            )
             for n in tests:
                 self._vote(task_id, n, key, 1, float(conf))
 
@@ -208,7 +249,7 @@ class ArcEvaluator:
 
     def candidates(self, task_id: str, test: int) -> list[Candidate]:
         """The candidates of test input ``test`` of ``task_id``, best first: most votes,
-        then highest mean confidence, then the grid's bytes (an exact tie)."""
+        then highest mean confidence, then (an exact tie) as the rules say."""
         tallies = self._votes.get((task_id, test), {})
         return [
             Candidate(candidate_grid(key), int(tallies[key][0]), tallies[key][1] / tallies[key][0])
@@ -217,7 +258,12 @@ class ArcEvaluator:
 
     def _ranked_keys(self, task_id: str, test: int) -> list[bytes]:
         tallies = self._votes.get((task_id, test), {})
-        return sorted(tallies, key=lambda k: (-tallies[k][0], -tallies[k][1] / tallies[k][0], k))
+        if self.rules.ties == "grid":
+            return sorted(
+                tallies, key=lambda k: (-tallies[k][0], -tallies[k][1] / tallies[k][0], k)
+            )
+        # Python's sort is stable: exact ties keep the order the candidates arrived in
+        return sorted(tallies, key=lambda k: (-tallies[k][0], -tallies[k][1] / tallies[k][0]))
 
     def result(self) -> dict[str, float]:
         """``pass@K`` for each K (see the module docstring); {} when no test output is

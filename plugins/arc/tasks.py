@@ -47,11 +47,17 @@ Pair = tuple[np.ndarray, "np.ndarray | None"]
 
 @frozen(eq=False)
 class ArcTask:
-    """One task: ``train`` demonstration pairs and ``test`` pairs (output None if unknown)."""
+    """One task: ``train`` demonstration pairs and ``test`` pairs (output None if unknown).
+
+    ``test_first`` records that its JSON object lists "test" before "train" (the Kaggle and
+    combined files do): the reference's builder adds a task's pairs in the order its file
+    lists them, so a training task's test pairs then come first in the train split.
+    """
 
     task_id: str
     train: tuple[tuple[np.ndarray, np.ndarray], ...]
     test: tuple[Pair, ...]
+    test_first: bool = False
 
     def grids(self) -> list[np.ndarray]:
         """Every known grid of the task."""
@@ -71,10 +77,11 @@ class ArcTask:
                 d["output"] = o.tolist()
             return d
 
-        return {
-            "train": [pair(i, o) for i, o in self.train],
-            "test": [pair(i, o) for i, o in self.test],
-        }
+        train = [pair(i, o) for i, o in self.train]
+        test = [pair(i, o) for i, o in self.test]
+        if self.test_first:
+            return {"test": test, "train": train}
+        return {"train": train, "test": test}
 
 
 @frozen(eq=False)
@@ -129,7 +136,13 @@ def parse_task(task_id: str, value: Any, where: str) -> ArcTask:
         raise TrmError(f"{where}: a task must be an object with 'train' and 'test' lists")
     train = _pairs(value["train"], f"{where}: train", outputs_required=True)
     test = _pairs(value["test"], f"{where}: test", outputs_required=False)
-    return ArcTask(task_id, tuple((i, o) for i, o in train if o is not None), tuple(test))
+    keys = [key for key in value if key in ("train", "test")]
+    return ArcTask(
+        task_id,
+        tuple((i, o) for i, o in train if o is not None),
+        tuple(test),
+        test_first=keys[0] == "test",
+    )
 
 
 def _read_json(path: Path) -> Any:
@@ -148,7 +161,7 @@ def _with_solutions(task: ArcTask, solutions: Any, where: str) -> ArcTask:
         )
     outputs = [parse_grid(g, f"{where}: {task.task_id}[{n}]") for n, g in enumerate(solutions)]
     test = tuple((i, o) for (i, _), o in zip(task.test, outputs, strict=True))
-    return ArcTask(task.task_id, task.train, test)
+    return ArcTask(task.task_id, task.train, test, task.test_first)
 
 
 def challenges_file(folder: Path, subset: str) -> Path:

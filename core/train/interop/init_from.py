@@ -1,0 +1,124 @@
+"""``trm run SPEC --init-from CHECKPOINT``: a new run that starts from trained weights.
+
+``CHECKPOINT`` is a trm checkpoint (a file or a run directory: its EMA weights when it has
+them, as ``trm eval`` scores them) or a reference one (a ``step_N`` file or its folder, with
+or without ``_orig_mod.``). Only the weights are taken: the optimizers, the schedule, the
+step and the data order start afresh, and the EMA starts from the loaded weights. Every
+tensor must have the shape this run's spec gives it, except the puzzle-embedding table: when
+its rows differ (another dataset), every row becomes the mean row, the reference's rule
+(``load_checkpoint`` in its pretrain.py). A run that resumes its own checkpoint ignores
+``--init-from``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from trm.errors import TrmError
+from trm.model import EMA
+from trm.plugin_manager import TrmPluginManager
+from trm.state import TrainState
+from trm.train.inference import restore_model
+from trm.train.interop.importer import find_checkpoint
+from trm.train.interop.reference_weights import (
+    INNER_PREFIX,
+    MAX_LISTED,
+    PUZZLE_TABLE,
+    as_state_dict,
+    is_reference_state,
+    load_torch_file,
+    mean_row_table,
+    strip_compiled_prefix,
+    trm_key,
+)
+
+Log = Callable[[str], None]
+
+
+def read_weights(pm: TrmPluginManager, path: Path) -> tuple[dict[str, Tensor], str]:
+    """trm-named weights of the checkpoint ``path`` and what they are, in words."""
+    if path.is_dir() and not (path / "checkpoints").is_dir():
+        path = find_checkpoint(path)  # a reference run's folder
+    if path.is_dir():
+        payload = pm.hook.load_checkpoint(path=path, map_location="cpu")
+        if payload is None:
+            raise TrmError(f"--init-from {path}: the run directory holds no checkpoint")
+    else:
+        payload = load_torch_file(path, "--init-from checkpoint")
+    if isinstance(payload, dict) and "spec" in payload and "model" in payload:
+        if not path.is_dir():  # checked (SHA-256 record) as trm's own loader does
+            payload = pm.hook.load_checkpoint(path=path, map_location="cpu")
+        _, model = restore_model(payload, torch.device("cpu"))
+        what = "EMA weights" if payload.get("ema") is not None else "weights"
+        return model.state_dict(), f"the {what} of trm checkpoint {payload.get('loaded_from')}"
+    state = as_state_dict(payload, path)
+    if not is_reference_state(state):
+        raise TrmError(
+            f"--init-from {path}: neither a trm checkpoint nor a reference state dict (its keys "
+            f"do not start with {INNER_PREFIX!r}, e.g. {next(iter(state))})"
+        )
+    state, _ = strip_compiled_prefix(state, path)
+    odd = [k for k in state if not k.startswith(INNER_PREFIX)]
+    if odd:
+        raise TrmError(f"--init-from {path}: unexpected key {odd[0]} in a reference state dict")
+    weights = {trm_key(k.removeprefix(INNER_PREFIX)): v for k, v in state.items()}
+    return weights, f"the weights of reference checkpoint {path}"
+
+
+def fit_weights(
+    weights: dict[str, Tensor], live: dict[str, Tensor], where: str
+) -> tuple[dict[str, Tensor], str | None]:
+    """``weights`` shaped for the model whose state dict is ``live``: the puzzle table by the
+    mean-row rule when only its rows differ (the line saying so is returned). TrmError
+    listing every other missing, unexpected or wrongly shaped tensor."""
+    problems = [f"{k} is missing" for k in sorted(set(live) - set(weights))]
+    problems += [f"unexpected {k}" for k in sorted(set(weights) - set(live))]
+    note = None
+    fitted = {}
+    for key in sorted(set(weights) & set(live)):
+        tensor, want = weights[key], live[key]
+        if not tensor.is_floating_point():
+            problems.append(f"{key} holds {tensor.dtype}, not weights")
+            continue
+        if tensor.shape != want.shape:
+            same_width = tensor.ndim == 2 and tensor.shape[1:] == want.shape[1:]
+            if key == PUZZLE_TABLE and same_width:
+                tensor = mean_row_table(tensor.float(), want.shape[0])
+                note = (
+                    f"init-from: the puzzle table has {weights[key].shape[0]} rows, this run's "
+                    f"dataset {want.shape[0]} identifiers: every row starts as the mean row "
+                    "(the reference's rule)"
+                )
+            else:
+                problems.append(f"{key}: shape {list(tensor.shape)}, this run's {list(want.shape)}")
+                continue
+        fitted[key] = tensor.to(want.dtype)
+    if problems:
+        shown = problems[:MAX_LISTED] + (
+            [f"… and {len(problems) - MAX_LISTED} more"] if len(problems) > MAX_LISTED else []
+        )
+        raise TrmError(
+            f"--init-from {where} does not fit this run's model: {'; '.join(shown)}; give a "
+            "spec whose [arch] matches the checkpoint's"
+        )
+    return fitted, note
+
+
+def start_from_weights(state: TrainState, pm: TrmPluginManager, path: Path, log: Log) -> None:
+    """Load the weights of ``path`` into a fresh ``state`` (see the module docstring); a
+    state resumed from its own checkpoint is left alone. TrmError when they do not fit."""
+    if state.checkpoint_step is not None:
+        log(f"--init-from {path} ignored: the run resumed its own checkpoint (step {state.step})")
+        return
+    weights, what = read_weights(pm, path)
+    fitted, note = fit_weights(weights, state.model.state_dict(), str(path))
+    state.model.load_state_dict(fitted)
+    if state.ema is not None:
+        state.ema = EMA(state.model, state.spec.train.ema_rate)
+    log(f"init-from: starting from {what}; fresh optimizers and schedule at step 0")
+    if note is not None:
+        log(note)

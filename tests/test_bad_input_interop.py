@@ -1,0 +1,203 @@
+"""Bad input to ``trm import``, ``trm export`` and ``trm run --init-from``: one
+``trm: error:`` line, exit 2, no traceback, and the output folder untouched (never created,
+or left as it was)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+import yaml
+
+from tests.conftest import assert_one_line_error
+from tests.test_interop import STEP, reference_arch, reference_config, write_reference_run
+from tests.tiny_run import build_tiny_data, write_spec
+from trm.cli.main import main
+
+
+class _RunsCode:
+    """A pickled object whose loading would run code (it creates a marker file)."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> SimpleNamespace:
+    """The dataset, a good reference run, a trained trm run and variants of bad input."""
+    base = tmp_path_factory.mktemp("bad_interop")
+    data = build_tiny_data(base / "data")
+    good, _ = write_reference_run(base / "good", data, reference_arch(), True)
+    state = torch.load(good, weights_only=True)
+    spec = write_spec(base, data, max_steps=2)
+    trained = base / "trained"
+    assert main(["run", str(spec), "--out", str(trained)]) == 0
+
+    def variant(name: str, weights=None, config=None) -> Path:
+        folder = base / name
+        folder.mkdir()
+        torch.save(state if weights is None else weights, folder / f"step_{STEP}")
+        cfg = reference_config(data, reference_arch()) if config is None else config
+        (folder / "all_config.yaml").write_text(yaml.safe_dump(cfg))
+        return folder / f"step_{STEP}"
+
+    first = next(iter(state))
+    smaller = {k: v[..., :-1] if k.endswith("lm_head.weight") else v for k, v in state.items()}
+    marker = base / "code-ran"
+    cases = SimpleNamespace(
+        base=base,
+        data=data,
+        good=good,
+        trained=trained,
+        marker=marker,
+        not_a_state_dict=variant("list", weights=[1, 2, 3]),
+        missing_key=variant("missing", weights={k: v for k, v in state.items() if k != first}),
+        extra_key=variant(
+            "extra", weights={**state, "_orig_mod.model.inner.extra": torch.zeros(2)}
+        ),
+        wrong_shape=variant("shape", weights=smaller),
+        code=variant("code", weights={"x": _RunsCode(marker)}),
+        other_table=write_reference_run(
+            base / "table", data, reference_arch(), True, identifiers=5
+        )[0],
+        unknown_arch=variant(
+            "arch", config=reference_config(data, reference_arch(name="models.hrm@HRM"))
+        ),
+        unknown_key=variant(
+            "key", config={**reference_config(data, reference_arch()), "curriculum": True}
+        ),
+    )
+    (base / "noconfig").mkdir()
+    torch.save(state, base / "noconfig" / f"step_{STEP}")
+    cases.no_config = base / "noconfig" / f"step_{STEP}"
+    (base / "text").mkdir()
+    (base / "text" / f"step_{STEP}").write_text("these are my notes\n")
+    (base / "text" / "all_config.yaml").write_text((base / "good" / "all_config.yaml").read_text())
+    cases.text = base / "text" / f"step_{STEP}"
+    return cases
+
+
+@pytest.mark.parametrize(
+    ("case", "fragments"),
+    [
+        ("not_a_state_dict", ["not a state dict", "list"]),
+        ("text", ["not a PyTorch file"]),
+        ("unknown_arch", ["arch.name", "models.hrm@HRM", "not an architecture"]),
+        ("unknown_key", ["curriculum", "cannot honour"]),
+        ("no_config", ["no all_config.yaml beside", "--config"]),
+        ("missing_key", ["is missing"]),
+        ("extra_key", ["unexpected key model.inner.extra"]),
+        ("wrong_shape", ["lm_head.weight has shape", "needs"]),
+        ("code", ["refused", "pickled code"]),
+        ("other_table", ["puzzle table has 5 rows", "1 puzzle identifiers"]),
+    ],
+)
+def test_bad_import_is_one_line_and_writes_nothing(tiny, tmp_path, cli, case, fragments):
+    out = tmp_path / "imported"
+    result = cli("import", getattr(tiny, case), "--out", out)
+    assert_one_line_error(result, *fragments)
+    assert not out.exists()
+    assert not tiny.marker.exists()
+    assert not list(tmp_path.iterdir())  # no staging folder left behind
+
+
+def test_import_with_a_missing_config_file_given(tiny, tmp_path, cli):
+    out = tmp_path / "imported"
+    result = cli("import", tiny.good, "--config", tmp_path / "nope.yaml", "--out", out)
+    assert_one_line_error(result, "nope.yaml does not exist")
+    assert not out.exists()
+
+
+def test_import_into_a_folder_that_holds_files_leaves_it_as_it_was(tiny, tmp_path, cli):
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    before = _files(out)
+    assert_one_line_error(cli("import", tiny.good, "--out", out), "not empty")
+    assert _files(out) == before
+
+
+def test_import_of_data_with_other_identifiers_than_the_configs(tiny, tmp_path, cli):
+    other = tmp_path / "other"
+    build_tiny_data(other)
+    (other / "identifiers.json").write_text('["other"]')  # as many, named otherwise
+    out = tmp_path / "imported"
+    result = cli("import", tiny.good, "--data", other, "--out", out)
+    assert_one_line_error(result, "different puzzle identifiers")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("which", "fragments"),
+    [
+        ("good", ["not a trm checkpoint"]),  # a reference file, not a trm run
+        ("data", ["no checkpoint found"]),  # a folder without checkpoints
+        ("missing", ["does not exist"]),
+    ],
+)
+def test_bad_export_is_one_line_and_writes_nothing(tiny, tmp_path, cli, which, fragments):
+    source = tmp_path / "missing" if which == "missing" else getattr(tiny, which)
+    out = tmp_path / "exported"
+    result = cli("export", source, "--format", "reference", "--out", out)
+    assert_one_line_error(result, *fragments)
+    assert not out.exists()
+
+
+def test_export_into_a_folder_that_holds_files_leaves_it_as_it_was(tiny, tmp_path, cli):
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / "step_1").write_bytes(b"mine")
+    before = _files(out)
+    result = cli("export", tiny.trained, "--format", "reference", "--out", out)
+    assert_one_line_error(result, "not empty")
+    assert _files(out) == before
+
+
+def test_export_needs_a_known_format(tiny, tmp_path, cli):
+    result = cli("export", tiny.trained, "--format", "onnx", "--out", tmp_path / "x")
+    assert_one_line_error(result, "--format")
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(
+    ("case", "fragments"),
+    [
+        ("not_a_state_dict", ["not a state dict"]),
+        ("text", ["not a PyTorch file"]),
+        ("code", ["refused", "pickled code"]),
+        ("wrong_shape", ["does not fit this run's model", "lm_head.weight"]),
+        ("missing_key", ["does not fit this run's model", "is missing"]),
+        ("extra_key", ["unexpected"]),
+    ],
+)
+def test_bad_init_from_is_one_line_and_writes_no_run(tiny, tmp_path, cli, case, fragments):
+    # the good reference arch is attention + RoPE; this spec matches it but for the cases
+    spec = write_spec(tmp_path, tiny.data, max_steps=1)
+    text = spec.read_text().replace("mlp_t = true", "mlp_t = false")
+    spec.write_text(text.replace('pos_encodings = "none"', 'pos_encodings = "rope"'))
+    run_dir = tmp_path / "run"
+    result = cli("run", spec, "--out", run_dir, "--init-from", getattr(tiny, case))
+    assert_one_line_error(result, *fragments)
+    assert _files(run_dir) == {} if run_dir.exists() else True
+    assert not tiny.marker.exists()
+
+
+def test_init_from_a_path_that_does_not_exist(tiny, tmp_path, cli):
+    spec = write_spec(tmp_path, tiny.data, max_steps=1)
+    result = cli("run", spec, "--out", tmp_path / "run", "--init-from", tmp_path / "nope")
+    assert_one_line_error(result, "--init-from", "no such checkpoint")
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,137 @@
+"""benchmarks/gpu.py, the acceptance command of a first GPU run: a dry run on a machine
+without CUDA (this one), and its tables built from a canned result."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    if str(BENCHMARKS) not in sys.path:  # as when run as a script: ``tables`` by name
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location("gpu_acceptance", BENCHMARKS / "gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+CANNED = {
+    "date": "2026-11-25",
+    "environment": {
+        "driver": "580.65.06, NVIDIA H100 80GB HBM3, 81559 MiB",
+        "torch": "2.13.0",
+        "torch_cuda": "12.8",
+        "triton": "3.5.0",
+        "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "memory_bytes": 85e9}],
+    },
+    "stages": [
+        {"stage": "environment", "ok": True, "detail": "driver, CUDA, bf16"},
+        {
+            "stage": "quickstart",
+            "ok": True,
+            "detail": "exit 0",
+            "best_exact_accuracy": 0.974,
+            "training_wall_s": 21.5,
+            "measured_peak_mb": 310.2,
+        },
+        {
+            "stage": "memory estimate",
+            "ok": True,
+            "detail": "",
+            "estimate_mb": 352.0,
+            "measured_peak_mb": 310.2,
+            "estimate_over_measured": 1.135,
+        },
+        {
+            "stage": "bench sudoku-extreme-mlp",
+            "ok": True,
+            "detail": "",
+            "samples_per_s": 5123.4,
+            "mfu": 0.412,
+            "peak_gflops": 702000.0,
+            "precision": "bf16",
+            "speedup_vs_plain": 3.21,
+        },
+        {"stage": "bench arc-agi-1", "ok": False, "detail": "trm: error: out of memory | x"},
+    ],
+    "ok": False,
+}
+
+
+def test_without_cuda_it_is_a_dry_run_that_says_what_it_would_run(tmp_path):
+    assert not torch.cuda.is_available()  # this machine: the dry run is what is tested
+    out = tmp_path / "acceptance"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu.py"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("dry run: torch.cuda is not available")
+    for expected in (
+        "-m trm run quickstart --set runtime.device=cuda",
+        "-m trm estimate",
+        "-m trm bench sudoku-extreme-mlp --set runtime.device=cuda --json",
+        "-m trm bench maze-hard-att",
+        "-m trm bench arc-agi-1",
+        "TRM_FAULTS=kill@50 TRM_FAULTS_RANKS=1",
+        "--nproc-per-node 2",
+    ):
+        assert expected in done.stdout
+    assert not out.exists()  # a dry run writes nothing
+
+
+def test_the_dry_run_prints_one_json_document_with_json(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu.py"), "--out", str(tmp_path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert document["dry_run"] is True and len(document["commands"]) == 7
+
+
+def test_the_markdown_table_of_a_canned_result(gpu):
+    text = gpu.markdown(CANNED)
+    lines = text.splitlines()
+    assert lines[0].startswith("GPU acceptance run of 2026-11-25: NVIDIA H100 80GB HBM3;")
+    assert lines[2] == "| stage | result | figures | detail |"
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in lines[4:]}
+    assert "accuracy 0.974, 21.5 s, peak 310.2 MiB" in rows["quickstart"]
+    assert "estimate 352.0 MiB vs measured 310.2 MiB (x1.14)" in rows["memory estimate"]
+    bench = rows["bench sudoku-extreme-mlp"]
+    assert "5123.4 samples/s, MFU 41.2% of 702000 GFLOP/s (bf16), 3.21x plain eager" in bench
+    assert "| FAILED |" in rows["bench arc-agi-1"] and "memory \\| x" in rows["bench arc-agi-1"]
+
+
+def test_the_environment_verdict_names_what_is_missing(gpu):
+    found = {"cuda_available": True, "bf16": True, "gpus": [{}, {}], "triton": "3.5.0"}
+    stage = gpu.environment_stage(found)
+    assert stage["ok"]  # runs eager without a compiler, but runs
+    assert "missing: c_compiler, python_headers" in stage["detail"]
+    assert "NCCL is not available" in stage["detail"]
+
+
+def test_from_json_prints_the_tables_of_a_saved_document(tmp_path):
+    saved = tmp_path / "gpu-acceptance.json"
+    saved.write_text(json.dumps(CANNED))
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu.py"), "--from-json", str(saved)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and "| quickstart | ok |" in done.stdout
