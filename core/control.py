@@ -58,6 +58,7 @@ class TrainControl:
     micro_batch_request: tuple[int, str] | None = None
     recursion_request: tuple[int, int, str] | None = None
     halt_exploration_request: tuple[float, str] | None = None
+    activation_checkpointing_request: tuple[bool, str] | None = None
     stop_reason: str | None = None
     messages: list[str] = field(factory=list)
     thermal_events: list[ThermalEvent] = field(factory=list)
@@ -100,6 +101,18 @@ class TrainControl:
         if not 0.0 <= float(probability) <= 1.0:
             raise ValueError(f"halt exploration probability must be in [0, 1], got {probability}")
         self.halt_exploration_request = (float(probability), reason)
+
+    def set_activation_checkpointing(self, on: bool, reason: str) -> None:
+        """Ask the loop to recompute (True) or keep (False) the grad-carrying activations
+        from the next step on, for the rest of the run (latest request wins).
+
+        Applied after the current step, or at once, before the retry, when asked from
+        ``on_out_of_memory`` (the retry then keeps its micro-batch). Recomputation changes no
+        result (trm.model.trm: the same gradients, bit for bit on the CPU in float32); it costs
+        about one more forward of the grad-carrying calls. The loop records the switch as an
+        ``activation_checkpointing`` event and the checkpoint records the setting in force.
+        """
+        self.activation_checkpointing_request = (bool(on), reason)
 
     def stop(self, reason: str) -> None:
         """Ask the loop to checkpoint and stop after the current step."""

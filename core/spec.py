@@ -44,6 +44,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 DEVICE_NAME = re.compile(r"^[a-z][a-z0-9_.-]*(:[0-9]+)?$")
 COMPILE_CHOICES = ("auto", "on", "off")
 HOST_MEMORY_CHOICES = ("auto", "reuse", "system")
+ACTIVATION_CHECKPOINTING_CHOICES = ("auto", "on", "off")
 READERS = ("auto", "memory", "stream")
 POS_ENCODINGS = ("rope", "learned", "none")
 LOSSES = ("stablemax", "softmax")
@@ -139,6 +140,10 @@ class RuntimeSpec:
     # auto: the backend decides (the cpu plugin keeps freed memory for reuse on Linux/glibc;
     # the extreme tier sets "system"); reuse: ask for it; system: the C library's defaults
     host_memory: str = "auto"
+    # recompute the grad-carrying cycle's activations in backward instead of keeping them
+    # (trm.model.trm): on, off, or auto (the tier chooses; off unless it fits a larger
+    # micro-batch that is faster per sample; memory-guard may switch it on after OOM)
+    activation_checkpointing: str = "auto"
 
 
 @frozen
@@ -518,6 +523,11 @@ def validate(spec: RunSpec, where: str) -> None:
         r.host_memory in HOST_MEMORY_CHOICES,
         "runtime.host_memory",
         f"must be one of {HOST_MEMORY_CHOICES}",
+    )
+    need(
+        r.activation_checkpointing in ACTIVATION_CHECKPOINTING_CHOICES,
+        "runtime.activation_checkpointing",
+        f"must be one of {ACTIVATION_CHECKPOINTING_CHOICES}",
     )
     if problems:
         raise TrmError(f"{where}: " + "; ".join(problems))

@@ -82,13 +82,14 @@ class TrainState:
         every RNG state (Python, NumPy, torch CPU and the accelerator's), the position
         (step, samples, total_steps, data order), the micro-batch size, the recursion in
         force (``H_cycles``, ``L_cycles``, ``halt_exploration_prob``: the spec's unless a
-        plugin's schedule changed them), the best evaluation, the resolved spec, the dataset
-        shape and the trm version; ``device``, the device it trained on (a resume on another
-        says so: trm.train.device_failure); ``world_size``, the number of processes that
-        trained it.
-        Under data parallelism (``rank_parts`` set) the carry is every rank's rows concatenated
-        in rank order — the global carry, as one process holds it — and ``ranks`` lists each
-        rank's RNG states and micro-batch size.
+        plugin's schedule changed them), whether activations are recomputed in backward
+        (``activation_checkpointing``: memory-guard may have switched it on), the best
+        evaluation, the resolved spec, the dataset shape and the trm version; ``device``, the
+        device it trained on (a resume on another says so: trm.train.device_failure);
+        ``world_size``, the number of processes that trained it. Under data parallelism
+        (``rank_parts`` set) the carry is every rank's rows concatenated in rank order — the
+        global carry, as one process holds it — and ``ranks`` lists each rank's RNG states
+        and micro-batch size.
         """
         if self.snapshot is not None:
             return self.snapshot
@@ -124,6 +125,7 @@ class TrainState:
             },
             "micro_batch_size": self.micro_batch_size,
             "recursion": recursion_in_force(self.model),
+            "activation_checkpointing": recomputes_activations(self.model),
             "best_exact_accuracy": self.best_exact_accuracy,
             "best_step": self.best_step,
             "best_metric": self.best_metric,
@@ -173,6 +175,7 @@ class TrainState:
         self.samples = int(payload["samples"])
         self.micro_batch_size = int(payload.get("micro_batch_size") or self.micro_batch_size)
         restore_recursion(self.model, payload)
+        restore_activation_checkpointing(self.model, payload, self.spec)
         self.best_exact_accuracy = float(payload.get("best_exact_accuracy", 0.0))
         self.best_step = int(payload.get("best_step", 0))
         self.best_metric = str(payload.get("best_metric", "exact_accuracy"))
@@ -227,6 +230,24 @@ def restore_recursion(model: torch.nn.Module, payload: dict[str, Any]) -> None:
             L_cycles=int(saved["L_cycles"]),
             halt_exploration_prob=float(saved["halt_exploration_prob"]),
         )
+
+
+def recomputes_activations(model: torch.nn.Module) -> bool:
+    """Whether ``model`` recomputes its activations in backward (False for a model without
+    activation checkpointing)."""
+    return bool(getattr(model, "activation_checkpointing", False))
+
+
+def restore_activation_checkpointing(
+    model: torch.nn.Module, payload: dict[str, Any], spec: RunSpec
+) -> None:
+    """Give ``model`` the activation checkpointing a checkpoint recorded, where the spec
+    leaves it to trm (``runtime.activation_checkpointing = "auto"``: memory-guard may have
+    switched it on during the run); an explicit "on" or "off" in the spec wins."""
+    saved = payload.get("activation_checkpointing")
+    setter = getattr(model, "set_activation_checkpointing", None)
+    if saved is not None and callable(setter) and spec.runtime.activation_checkpointing == "auto":
+        setter(bool(saved))
 
 
 def last_good(state: TrainState) -> str:

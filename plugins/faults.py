@@ -13,6 +13,10 @@ oom-host@S[:M]      the CPU allocator's ``RuntimeError`` ("can't allocate memory
 oom-mps@S[:M]       the MPS backend's ``RuntimeError`` ("MPS backend out of memory"); only the mps
                     backend recognises it (on any other device it fails the run)
 oom-update@S        out of memory inside the dense optimizer's update (not retryable)
+oom-keep@S[:M]      from step S on, every training forward of micro-batches above M rows
+                    (default 0: every size) fails with ``torch.OutOfMemoryError`` while the
+                    model keeps its activations: a micro-batch that fits only with
+                    activation checkpointing
 device-error@S[:M]  the device fails entering the forward of micro-batch M: the
                     ``torch.AcceleratorError`` CUDA raises for an illegal memory access; from
                     then on every forward fails the same way (a lost device stays lost)
@@ -67,6 +71,7 @@ KINDS = (
     "oom-host",
     "oom-mps",
     "oom-update",
+    "oom-keep",
     "device-error",
     "nan",
     "save-fail",
@@ -77,8 +82,9 @@ KINDS = (
     "slow",
     "kill",
 )
-# The kinds that last from their step on; the number after ':' is an amount, not a micro-batch.
-STEADY_DEFAULTS = {"leak": 4, "slow": 100}
+# The kinds that last from their step on; the number after ':' is an amount (for oom-keep, the
+# largest micro-batch that still fits), not the micro-batch the fault fires in.
+STEADY_DEFAULTS = {"leak": 4, "slow": 100, "oom-keep": 0}
 
 
 def _resident_block(size_bytes: int) -> mmap.mmap:
@@ -196,6 +202,12 @@ class Faults:
         for kind in ("oom", "oom-host", "oom-mps"):
             if self.take(kind, step, micro):
                 raise _oom_error(kind, step)
+        rows = getattr(_args[0], "batch_size", 0) if _args else 0  # the carry's rows
+        keeps = not getattr(module, "activation_checkpointing", False)
+        for fault in self.steady:
+            fits = rows <= fault.micro_batch or not keeps
+            if fault.kind == "oom-keep" and fault.step <= step and not fits:
+                raise _oom_error("oom", step)
         if self.device_lost_at is None and self.take("device-error", step, micro):
             self.device_lost_at = step
         if self.device_lost_at is not None:

@@ -22,8 +22,11 @@ backward of the last micro-batch in a step after the first (optimizer states exi
 
 Shapes: P positions (puzzle prefix + seq_len), D hidden, I_h / I_t the SwiGLU inner widths of
 the hidden MLP and of the MLP across positions (mlp_t). ``low`` is 2 bytes under bf16/fp16
-autocast, else 4. Gradient checkpointing (``runtime.gradient_checkpointing`` where the spec
-has it) keeps only each call's inputs and recomputes one call during backward.
+autocast, else 4. Activation checkpointing (``runtime.activation_checkpointing = "on"``;
+"auto" is planned as off, since the tiers plugin writes "on" where it chooses it) keeps only
+each grad-carrying call's inputs ("activations") and recomputes one call at a time during
+backward ("recomputed call": that call's saved tensors and the gradient temporaries of its
+backward, the peak's extra).
 """
 
 from __future__ import annotations
@@ -111,6 +114,17 @@ REUSE_COMPILED_LOW_LARGE_TENSOR_SLACK = 0.36
 # a step, compiled bf16) peaked at 3.53 GiB resident, predicted 3.71 GiB.
 MICRO_BATCH_HEAP_GROWTH = {"compiled": 0.5, "eager": 1.0}
 MICRO_BATCHES_FOR_FULL_GROWTH = 4
+# Activation checkpointing: backward reruns one grad-carrying call at a time and then goes
+# back through it, so beyond that call's saved tensors it holds the gradient temporaries of
+# the call's backward, which without checkpointing fall inside the larger peak at the start
+# of backward (and so inside the heap-slack shares above). Measured as a share of the call's
+# saved tensors, per block type, by benchmarks/activation_checkpointing.py (whole-process
+# peak RSS, eager float32, micro-batches 1 and 2 of the Maze-Hard network at seq_len 900 and
+# 2 and 8 of the Sudoku MLP network, on a 2-core Zen 3 EPYC): attention 1.6 (1.75 and 1.52
+# needed), MLP across positions 1.3 (2.0 and 1.1 needed). Never more than what checkpointing
+# frees (the same temporaries come at the start of a backward without it), so the estimate
+# with it never exceeds the one without.
+RECOMPUTE_BACKWARD_SHARE = {"mlp_t": 1.3, "attention": 1.6}
 # CUDA: the context (driver, kernels) lives outside PyTorch's allocator; cuBLAS keeps a
 # workspace per stream. None of the CUDA figures below has been measured on a GPU yet
 # (benchmarks/gpu.py compares the estimate with torch.cuda.max_memory_allocated); none of the
@@ -269,16 +283,60 @@ def net_call_bytes(arch: ArchSpec, s: Sizes, precision: str, compiled: bool = Fa
     return arch.L_layers * per_layer
 
 
+def checkpoint_input_bytes(arch: ArchSpec, s: Sizes, precision: str) -> int:
+    """Per sample: what the grad-carrying cycle keeps with activation checkpointing on — the
+    inputs of its ``L_cycles + 1`` checkpointed calls, in the states' dtype (the autocast
+    dtype, else float32): z_L before each L call and each call's injection z_H + x, then z_H
+    for the H call (its injection, the last z_L, is the new carry's z_L in the token-major
+    layout; the position-major MLP variant copies the carry back, so it counts one more).
+    Checked against the memory a forward really keeps in tests/test_estimator.py."""
+    kept = 2 * arch.L_cycles + (2 if arch.mlp_t else 1)
+    return kept * low_bytes(precision) * s.positions * s.hidden
+
+
+def kept_activation_bytes(
+    arch: ArchSpec, s: Sizes, precision: str, checkpointing: bool = False, compiled: bool = False
+) -> int:
+    """Per sample: what the gradient-carrying cycle keeps from its forward until backward:
+    every one of its L_cycles + 1 network calls' saved tensors, or with checkpointing only
+    their inputs (:func:`checkpoint_input_bytes`)."""
+    if checkpointing:
+        return checkpoint_input_bytes(arch, s, precision)
+    return (arch.L_cycles + 1) * net_call_bytes(arch, s, precision, compiled)
+
+
+def recompute_bytes(
+    arch: ArchSpec, s: Sizes, precision: str, checkpointing: bool = False, compiled: bool = False
+) -> int:
+    """Per sample: what backward holds at its peak beyond the kept activations — with
+    checkpointing, the one call it runs again at a time (its saved tensors, as a kept call's);
+    without, nothing."""
+    return net_call_bytes(arch, s, precision, compiled) if checkpointing else 0
+
+
+def recompute_backward_bytes(
+    arch: ArchSpec, s: Sizes, precision: str, checkpointing: bool = False, compiled: bool = False
+) -> int:
+    """Per sample, with checkpointing: the gradient temporaries of the recomputed call's
+    backward (a measured share of its saved tensors, ``RECOMPUTE_BACKWARD_SHARE``), at most
+    what checkpointing frees beyond that call."""
+    if not checkpointing:
+        return 0
+    share = RECOMPUTE_BACKWARD_SHARE["mlp_t" if arch.mlp_t else "attention"]
+    per_call = recompute_bytes(arch, s, precision, checkpointing, compiled)
+    freed = kept_activation_bytes(arch, s, precision, False, compiled) - per_call
+    freed -= kept_activation_bytes(arch, s, precision, True, compiled)
+    return max(0, min(int(share * per_call), freed))
+
+
 def step_activation_bytes(
     arch: ArchSpec, s: Sizes, precision: str, checkpointing: bool = False, compiled: bool = False
 ) -> int:
-    """Per sample: what the gradient-carrying cycle keeps (L_cycles + 1 network calls)."""
-    calls = arch.L_cycles + 1
-    per_call = net_call_bytes(arch, s, precision, compiled)
-    if checkpointing:
-        # Only each call's two inputs stay; backward recomputes one call at a time.
-        return calls * 2 * F32 * s.positions * s.hidden + per_call
-    return calls * per_call
+    """Per sample: the grad-carrying cycle's activations at the step's peak — the kept
+    activations, plus the recomputed call with checkpointing."""
+    return kept_activation_bytes(arch, s, precision, checkpointing, compiled) + recompute_bytes(
+        arch, s, precision, checkpointing, compiled
+    )
 
 
 def nograd_working_bytes(arch: ArchSpec, s: Sizes, precision: str) -> int:
@@ -455,7 +513,7 @@ def estimate_items(
     world = env_world().size if world_size is None else world_size
     rows = max(1, global_batch // max(1, world))
     micro = min(spec.runtime.micro_batch_size or rows, rows)
-    checkpointing = bool(getattr(spec.runtime, "gradient_checkpointing", False))
+    checkpointing = spec.runtime.activation_checkpointing == "on"  # "auto" plans without it
     on_device = runtime.backend.has_device_memory  # tensors apart from host memory
     where = "device" if on_device else "host"
     pd = s.positions * s.hidden
@@ -512,17 +570,26 @@ def estimate_items(
         f"float32 z_H and z_L for {whose}, with their data",
     )
 
-    activations = micro * step_activation_bytes(
-        arch, s, precision, checkpointing, compiled=runtime.compile
-    )
+    kept = micro * kept_activation_bytes(arch, s, precision, checkpointing, runtime.compile)
+    recomputed = micro * recompute_bytes(arch, s, precision, checkpointing, runtime.compile)
+    activations = kept + recomputed  # what the heap-slack and allocator shares apply to
     calls = arch.L_cycles + 1
-    how = "inputs only, recomputed in backward" if checkpointing else "kept for backward"
+    how = "their inputs only: activation checkpointing" if checkpointing else "kept for backward"
     add(
         "activations",
-        activations,
+        kept,
         f"{calls} grad-carrying network calls x {arch.L_layers} layers, micro-batch {micro}, "
         f"{precision} ({how})",
     )
+    if checkpointing:
+        backward = micro * recompute_backward_bytes(arch, s, precision, True, runtime.compile)
+        add(
+            "recomputed call",
+            recomputed + backward,
+            f"backward runs the checkpointed calls again one at a time: at its peak it holds "
+            f"one call's activations ({arch.L_layers} layers, micro-batch {micro}) and the "
+            f"gradient temporaries of its backward ({format_bytes(backward)}, a measured share)",
+        )
     # The loop keeps every micro-batch's new carry rows until the step ends (then writes them
     # back), so by the last micro-batch they cover all of this process's rows. z_H and z_L
     # come back from the recursion in the autocast dtype.

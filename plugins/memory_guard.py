@@ -1,20 +1,23 @@
-"""memory-guard: survive out-of-memory by halving the micro-batch; watch memory pressure.
+"""memory-guard: survive out-of-memory by recomputing activations, then by halving the
+micro-batch; watch memory pressure.
 
 On an out-of-memory error in a training step (CUDA, MPS, or a failed host allocation) the
-loop undoes the step and calls ``on_out_of_memory``; this plugin frees cached memory and asks
-for half the micro-batch. The global batch is unchanged — gradient accumulation doubles — and
-the same step is retried, so no sample is skipped or counted twice.
+loop undoes the step and calls ``on_out_of_memory``; this plugin frees cached memory and,
+the first time, where ``runtime.activation_checkpointing`` is "auto" and the model keeps its
+activations, switches activation checkpointing on for the rest of the run (same results,
+about one more forward of the grad-carrying calls; the micro-batch is kept). Otherwise it
+asks for half the micro-batch: the global batch is unchanged — gradient accumulation doubles.
+Either way the same step is retried, so no sample is skipped or counted twice.
 
 After every step it reads memory pressure: the host's used fraction (psutil) and the device's
 (the backend's ``used_fraction``: CUDA's peak reserved memory of the step over the card's
-total; MPS: driver-allocated over the recommended maximum; XLA: what its runtime reports).
-It only reads: the core owns the peak counters. When pressure has stayed below ``LOW_PRESSURE`` for
-``GROW_AFTER_STEPS`` steps, a micro-batch it had halved doubles back, one level at a time;
+total; MPS: driver-allocated over the recommended maximum; XLA: what its runtime reports). It
+only reads: the core owns the peak counters. When pressure has stayed below ``LOW_PRESSURE``
+for ``GROW_AFTER_STEPS`` steps, a micro-batch it had halved doubles back, one level at a time;
 each time a size fails again, it waits twice as long before retrying that size. On Linux the
 kernel's OOM killer ends a process before any allocation fails, so when host memory passes
 ``HOST_CRITICAL`` it halves the micro-batch ahead of time and asks for a checkpoint. Every
-change is logged by the loop with the reason given here.
-"""
+change is logged by the loop with the reason given here."""
 
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from trm import hookimpl
 from trm.control import TrainControl, accumulation_steps, fit_micro_batch
 from trm.device.contract import HOST, DeviceBackend
 from trm.device.oom import memory_kind
-from trm.state import TrainState
+from trm.state import TrainState, recomputes_activations
 
 LOW_PRESSURE = 0.70
 HIGH_PRESSURE = 0.90
@@ -58,6 +61,18 @@ def read_pressure(device: torch.device, backend: DeviceBackend = HOST) -> Memory
     (reads only; resets nothing)."""
     host = psutil.virtual_memory().percent / 100.0
     return MemoryPressure(host=host, device=backend.used_fraction(device))
+
+
+def recomputation_available(state: TrainState) -> bool:
+    """Whether switching activation checkpointing on could still save memory: the spec leaves
+    it to trm (``runtime.activation_checkpointing = "auto"``) and the model keeps its
+    activations now."""
+    model = getattr(state, "model", None)
+    return (
+        state.spec.runtime.activation_checkpointing == "auto"
+        and hasattr(model, "set_activation_checkpointing")
+        and not recomputes_activations(model)
+    )
 
 
 class MemoryGuard:
@@ -120,6 +135,13 @@ class MemoryGuard:
         self.oom_step = state.step + 1  # the step being retried does not count as low pressure
         self.failures[size] = self.failures.get(size, 0) + 1
         kind = memory_kind(error, state.backend)
+        if recomputation_available(state):
+            control.set_activation_checkpointing(
+                True,
+                f"out of {kind} memory at micro-batch {size}; memory-guard recomputes "
+                "activations from now on and keeps the micro-batch",
+            )
+            return
         if not self.halve(state, control, f"out of {kind} memory at micro-batch {size}"):
             control.log("memory-guard: out of memory at micro-batch 1; nothing left to shrink")
 

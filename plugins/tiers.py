@@ -16,8 +16,13 @@ batch and picks, in this order:
    compiled graph) and the global batch is always kept; an explicit
    ``runtime.micro_batch_size`` that already fits is kept (so a spec written for one tier
    runs unchanged under another);
-4. only when a micro-batch of 1 does not fit: a smaller model (hidden size halved, then
-   fewer L cycles, then fewer H cycles) — recorded with a reason that starts "MODEL SHRUNK".
+   With ``runtime.activation_checkpointing = "auto"``, the tier turns recomputation on
+   (and says so) when the largest micro-batch that fits with it beats the one without in
+   predicted samples/s (:func:`recomputation_choice`), or when only with it does a
+   micro-batch of 1 fit (instead of shrinking the model);
+4. only when a micro-batch of 1 does not fit, even with recomputation: a smaller model
+   (hidden size halved, then fewer L cycles, then fewer H cycles) — recorded with a reason
+   that starts "MODEL SHRUNK".
    When even the smallest such model does not fit (memory the network's width does not set,
    such as a large puzzle-embedding table, fills the budget), the model is kept as written and
    the reason names the largest items. The puzzle-embedding table (one row per puzzle
@@ -40,7 +45,7 @@ from trm import hookimpl
 from trm.control import accumulation_steps
 from trm.device.distributed import env_world
 from trm.hardware import HardwareProfile, format_bytes
-from trm.measure.flops import matmul_bound
+from trm.measure.flops import matmul_bound, model_flops
 from trm.memory import MODE_TARGETS, MemoryEstimate
 from trm.spec import Change, RunSpec
 
@@ -53,6 +58,14 @@ TARGETS = MODE_TARGETS
 ESTIMATE_MARGIN = 0.05
 SHRUNK = "MODEL SHRUNK"
 MIN_HIDDEN = 32
+# Per-sample speed against the micro-batch, for choosing recomputation: a step of micro-batch
+# m runs at about m / (m + HALF_SPEED_MICRO_BATCH) of the device's best per-sample speed (its
+# matrix products have m x positions rows, and every micro-batch pays the same dispatch and
+# launch costs). A CPU is near its best from a few rows on (0.5: a micro-batch of 1 at two
+# thirds, 8 at 94%); a GPU needs many rows to fill its cores (16: micro-batch 2 at 11%, 64
+# at 80%). Round figures, not fitted: benchmarks/activation_checkpointing.py measures the
+# CPU's side (docs/performance.md); no GPU figure was measured yet.
+HALF_SPEED_MICRO_BATCH = {"host": 0.5, "device": 16.0}
 
 
 def native_bf16(hardware: HardwareProfile, estimate: MemoryEstimate) -> bool:
@@ -130,6 +143,64 @@ def largest_fitting_micro_batch(
         else:
             high = middle - 1
     return sizes[low], best
+
+
+def recompute_cost(spec: RunSpec) -> float:
+    """Extra compute of activation checkpointing, as a share of a training sample's: one more
+    forward of the L_cycles + 1 grad-carrying network calls, against the step's forward
+    (H_cycles x (L_cycles + 1) calls, twice with the bootstrapped Q target) and backward
+    (2 x the grad-carrying calls). Heads and embeddings are left out, so the share is a
+    little above the true one."""
+    flops = model_flops(spec.arch, seq_len=1, vocab_size=1)
+    step = flops.forward_net_calls + 2 * flops.grad_net_calls
+    return flops.grad_net_calls / step
+
+
+def relative_samples_per_s(micro: int, where: str, extra_compute: float = 0.0) -> float:
+    """Predicted samples/s at micro-batch ``micro`` on ``where`` ("host"/"device"), as a share
+    of the device's best, with ``extra_compute`` more compute per sample (see
+    ``HALF_SPEED_MICRO_BATCH``)."""
+    return micro / (micro + HALF_SPEED_MICRO_BATCH[where]) / (1.0 + extra_compute)
+
+
+def recomputation_choice(
+    spec: RunSpec, estimate: MemoryEstimate, planned: float, micro: int | None, where: str
+) -> tuple[int, MemoryEstimate, str] | None:
+    """Whether the tier should turn activation checkpointing on: (its micro-batch, that
+    estimate, the reason) or None.
+
+    ``micro`` is the largest micro-batch that fits ``planned`` without it (None: not even 1).
+    On when only with it does a micro-batch of 1 fit (better than a smaller model), or when
+    the largest micro-batch that fits with it is larger and its predicted samples/s, the
+    recomputation's cost (:func:`recompute_cost`) paid, is higher
+    (:func:`relative_samples_per_s`). Never when the whole global batch already fits.
+    """
+    global_batch = spec.train.global_batch_size
+    if micro is not None and micro >= global_batch:
+        return None
+    on_spec = _set(spec, "runtime.activation_checkpointing", "on")
+    on_micro, on_fitted = largest_fitting_micro_batch(on_spec, estimate, planned)
+    if on_micro is None or on_fitted is None or (micro is not None and on_micro <= micro):
+        return None
+    cost = recompute_cost(spec)
+    if micro is None:
+        return (
+            on_micro,
+            on_fitted,
+            f"a micro-batch of 1 fits only with recomputation: micro-batch {on_micro} with it, "
+            f"at about {cost:.0%} more compute a sample, rather than a smaller model",
+        )
+    without = relative_samples_per_s(micro, where)
+    with_it = relative_samples_per_s(on_micro, where, cost)
+    if with_it <= without:
+        return None
+    return (
+        on_micro,
+        on_fitted,
+        f"micro-batch {on_micro} with recomputation instead of {micro} without: predicted "
+        f"{with_it / without - 1:+.0%} samples/s, the recomputation's {cost:.0%} more compute "
+        f"a sample paid",
+    )
 
 
 def _smaller_models(spec: RunSpec) -> list[tuple[str, int]]:
@@ -210,6 +281,11 @@ def adapt(
         if kept.fits(target):
             return spec, changes  # an explicit micro-batch that fits is the user's choice
     micro, fitted = largest_fitting_micro_batch(spec, estimate, planned)
+    if spec.runtime.activation_checkpointing == "auto":
+        chosen = recomputation_choice(spec, estimate, planned, micro, where)
+        if chosen is not None:
+            micro, fitted, why = chosen
+            change("runtime.activation_checkpointing", "on", f"{goal}: {why}")
     if micro is None:
         smallest = estimate.for_spec(_smallest_model(spec))
         if not smallest.fits(planned):

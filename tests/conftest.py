@@ -38,3 +38,29 @@ def assert_one_line_error(result: CliResult, *fragments: str) -> None:
     assert "Traceback" not in result.err
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--activation-checkpointing",
+        action="store_true",
+        help="build every TinyRecursiveModel with activation checkpointing on (to run the "
+        "model's equivalence tests with it: pytest tests/test_model.py --activation-checkpointing)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _activation_checkpointing_everywhere(request: pytest.FixtureRequest, monkeypatch) -> None:
+    """With ``--activation-checkpointing``, every model the test builds recomputes its
+    activations in backward."""
+    if not request.config.getoption("--activation-checkpointing"):
+        return
+    from trm.model.trm import TinyRecursiveModel
+
+    built = TinyRecursiveModel.__init__
+
+    def build_recomputing(self, *args, **kwargs) -> None:
+        built(self, *args, **kwargs)
+        self.set_activation_checkpointing(True)
+
+    monkeypatch.setattr(TinyRecursiveModel, "__init__", build_recomputing)

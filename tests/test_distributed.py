@@ -137,6 +137,19 @@ def test_two_ranks_train_what_one_process_trains(runs: dict[str, Path]) -> None:
     assert all("collective_s" in r for r in rows_two)
 
 
+def test_two_ranks_recomputing_activations_train_what_one_process_trains(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    """Activation checkpointing composes with data parallelism: each rank recomputes its own
+    micro-batches' activations, the gradient all-reduce is unchanged."""
+    on = ("--set", "runtime.activation_checkpointing=on")
+    done = torchrun(runs["spec"], tmp_path / "two-on", *on)
+    assert done.returncode == 0, done.stderr[-3000:]
+    two_on, one = _final(tmp_path / "two-on"), _final(runs["one"])
+    assert two_on["activation_checkpointing"] is True
+    assert max_relative_difference(two_on["model"], one["model"]) <= MAX_RELATIVE_DIFFERENCE
+
+
 def test_only_rank_zero_writes_the_run_files(runs: dict[str, Path]) -> None:
     steps = [r["step"] for r in metrics(runs["two"]) if "kind" not in r]
     assert steps == list(range(1, STEPS + 1))  # one row a step, not one per rank

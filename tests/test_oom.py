@@ -1,8 +1,10 @@
-"""Out-of-memory recovery: the step is retried with half the micro-batch, learning unchanged.
+"""Out-of-memory recovery: the step is retried with activation checkpointing switched on or with
+half the micro-batch, learning unchanged.
 
-Faults are injected by the ``faults`` plugin through ``trm run`` (in process) on the tiny
-spec; memory-guard's growth and pressure responses are driven with a replayed pressure
-reader.
+The halving tests set ``runtime.activation_checkpointing = "off"`` (HALVING), so that
+memory-guard's first answer, recomputation, is not available to them. Faults are injected by
+the ``faults`` plugin through ``trm run`` (in process) on the tiny spec; memory-guard's growth
+and pressure responses are driven with a replayed pressure reader.
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ def quiet_memory(monkeypatch):
     )
 
 
+HALVING = ("--set", "runtime.activation_checkpointing=off")
+
+
 def _final(run_dir):
     return load_weights(run_dir / "checkpoints" / f"step-{TOTAL_STEPS:08d}.pt")
 
@@ -62,7 +67,7 @@ def test_oom_at_three_steps_gives_the_same_weights_and_samples_as_an_uninterrupt
     run_dir = tmp_path / "run"
     # device OOM at step 3, host OOM in the second micro-batch of step 6, device OOM at step 9
     monkeypatch.setenv("TRM_FAULTS", "oom@3,oom-host@6:1,oom@9")
-    result = cli("run", tiny.spec, "--out", run_dir, "--plugins", "faults")
+    result = cli("run", tiny.spec, "--out", run_dir, "--plugins", "faults", *HALVING)
     assert result.code == 0, result.err
 
     oom = events(run_dir, "out_of_memory")
@@ -101,7 +106,7 @@ def test_oom_without_memory_guard_fails_with_a_clear_message(tiny, tmp_path, cli
 def test_oom_at_micro_batch_one_fails_saying_so(tiny, tmp_path, cli, monkeypatch):
     spec = write_spec(tmp_path, tiny.data, micro=1)
     monkeypatch.setenv("TRM_FAULTS", "oom@2")
-    result = cli("run", spec, "--out", tmp_path / "run", "--plugins", "faults")
+    result = cli("run", spec, "--out", tmp_path / "run", "--plugins", "faults", *HALVING)
     assert result.code == 1
     assert "the micro-batch is already 1" in error_lines(result.err)[0]
 
@@ -118,11 +123,63 @@ def test_micro_batch_grows_back_when_pressure_stays_low(tiny, tmp_path, cli, mon
     monkeypatch.setattr(memory_guard, "GROW_AFTER_STEPS", 3)
     monkeypatch.setenv("TRM_FAULTS", "oom@2")
     run_dir = tmp_path / "run"
-    result = cli("run", tiny.spec, "--out", run_dir, "--plugins", "faults")
+    result = cli("run", tiny.spec, "--out", run_dir, "--plugins", "faults", *HALVING)
     assert result.code == 0, result.err
     changes = [(e["step"], e["old"], e["new"]) for e in events(run_dir, "micro_batch")]
     assert changes == [(2, 8, 4), (5, 4, 8)]
     assert "memory-guard grows it back" in events(run_dir, "micro_batch")[1]["reason"]
+
+
+def test_oom_at_a_micro_batch_that_fits_only_with_recomputation_switches_it_on(
+    tiny, tmp_path, cli, monkeypatch
+):
+    """From step 3 on, a micro-batch above 4 rows runs out of memory unless activations are
+    recomputed: memory-guard switches recomputation on, the run keeps its micro-batch of 8
+    (the whole global batch) and ends with the weights, bit for bit, of a run that had it on
+    from the start (and of the reference, which never had it: float32 on the CPU)."""
+    run_dir, from_start = tmp_path / "switched", tmp_path / "from-start"
+    monkeypatch.setenv("TRM_FAULTS", "oom-keep@3:4")
+    result = cli("run", tiny.spec, "--out", run_dir, "--plugins", "faults")
+    assert result.code == 0, result.err
+    monkeypatch.delenv("TRM_FAULTS")
+    on = ("--set", "runtime.activation_checkpointing=on")
+    assert cli("run", tiny.spec, "--out", from_start, *on).code == 0
+
+    assert [(e["step"], e["micro_batch_size"]) for e in events(run_dir, "out_of_memory")] == [
+        (3, 8)
+    ]
+    (switch,) = events(run_dir, "activation_checkpointing")
+    assert switch["step"] == 3 and switch["on"] is True
+    assert "memory-guard recomputes activations" in switch["reason"]
+    assert events(run_dir, "micro_batch") == []
+    lines = [ln for ln in result.err.splitlines() if "activation checkpointing on" in ln]
+    assert (
+        len(lines) == 1 and "step 3: activation checkpointing on: out of device memory" in lines[0]
+    )
+    rows = [r for r in metrics(run_dir) if "kind" not in r]
+    assert [r["micro_batch_size"] for r in rows] == [GLOBAL_BATCH] * TOTAL_STEPS
+    assert summary(run_dir)["samples"] == TOTAL_STEPS * GLOBAL_BATCH
+
+    switched, expected, never = _final(run_dir), _final(from_start), _final(tiny.reference)
+    for name, tensor in expected.items():
+        assert torch.equal(switched[name], tensor), name
+        assert torch.equal(never[name], tensor), name
+
+    report = cli("report", run_dir, "--out", tmp_path / "report")
+    assert report.code == 0, report.err
+    assert "activation checkpointing on from step 3" in report.err
+
+
+def test_an_explicit_off_is_kept_and_the_micro_batch_halves_instead(
+    tiny, tmp_path, cli, monkeypatch
+):
+    monkeypatch.setenv("TRM_FAULTS", "oom-keep@2:4")
+    run_dir = tmp_path / "run"
+    result = cli("run", tiny.spec, "--out", run_dir, "--plugins", "faults", *HALVING)
+    assert result.code == 0, result.err
+    assert events(run_dir, "activation_checkpointing") == []
+    first = events(run_dir, "micro_batch")[0]
+    assert (first["step"], first["old"], first["new"]) == (2, 8, 4)
 
 
 class _Loop:

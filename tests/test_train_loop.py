@@ -49,7 +49,8 @@ def test_two_runs_in_one_process_share_no_plugin_state(data, tmp_path, cli, monk
     managers = _recording(monkeypatch)
     spec = write_spec(tmp_path, data, max_steps=4)
     monkeypatch.setenv("TRM_FAULTS", "oom@2")
-    first = cli("run", spec, "--out", tmp_path / "a", "--plugins", "faults,thermal")
+    halving = ("--set", "runtime.activation_checkpointing=off")  # memory-guard halves at once
+    first = cli("run", spec, "--out", tmp_path / "a", "--plugins", "faults,thermal", *halving)
     monkeypatch.delenv("TRM_FAULTS")
     second = cli("run", spec, "--out", tmp_path / "b", "--plugins", "faults,thermal")
     assert first.code == 0 and second.code == 0, first.err + second.err

@@ -31,7 +31,7 @@ from trm.paths import RUNS_ROOT, default_run_dir
 from trm.plan import plan_run
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import detect_hardware
-from trm.plan.tiers import TierPlan, advice, plan_tiers
+from trm.plan.tiers import CheckpointingOption, TierPlan, advice, checkpointing_options, plan_tiers
 from trm.plugin_manager import load_plugins
 from trm.spec import RunSpec, apply_overrides, load_spec, resolve_spec_path, spec_to_toml
 
@@ -98,6 +98,11 @@ def tier_rows(
                 "steps": plan.spec.train.total_steps(plan.dataset.rows_per_epoch),
                 "time_to_finish_s": finish_s,
                 "shrunk": tier.shrunk,
+                "activation_checkpointing": plan.spec.runtime.activation_checkpointing,
+                "activation_checkpointing_options": {
+                    o.setting: {"peak_bytes": o.peak_bytes, "budget_share": o.budget_share}
+                    for o in checkpointing_options(plan)
+                },
             }
         )
     return rows
@@ -237,6 +242,13 @@ def print_tiers(spec: RunSpec, tiers: list[dict[str, Any]]) -> None:
             f"{t['precision']:<9}{memory:>22}{rate:>11}{format_duration(t['time_to_finish_s']):>11}"
         )
     print(f"  samples/s: {tiers[0]['samples_per_s_source']}")
+    print("  activation checkpointing at each tier's micro-batch (recomputing costs speed):")
+    for t in tiers:
+        options = [
+            CheckpointingOption(setting, o["peak_bytes"], o["budget_share"]).describe()
+            for setting, o in t["activation_checkpointing_options"].items()
+        ]
+        print(f"  {t['mode']:<13}{t['activation_checkpointing']:<6} {' | '.join(options)}")
 
 
 def tier_document(tier: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from trm.hardware import format_bytes
 from trm.memory import DEFAULT_MODE, EXTREME_RISKS, MODE_TARGETS, MODES, MemoryEstimate
 from trm.paths import default_run_dir
 from trm.plan import plan_run
+from trm.plan.tiers import CheckpointingOption, checkpointing_options
 from trm.plugin_manager import load_plugins
 from trm.spec import Change, apply_overrides, load_spec, resolve_spec_path
 
@@ -48,6 +49,7 @@ def estimate_document(
     changes: tuple[Change, ...],
     mode: str,
     reader: ReaderChoice,
+    options: list[CheckpointingOption] | None = None,
 ) -> dict[str, Any]:
     """The JSON document of ``trm estimate --json`` (field names are a stable interface)."""
     where = estimate.limiting_location()
@@ -70,6 +72,11 @@ def estimate_document(
         "changes": [attrs.asdict(c) for c in changes],
         "mode": mode,
         "reader": attrs.asdict(reader),
+        # the same spec with runtime.activation_checkpointing off and on, side by side
+        "activation_checkpointing": {
+            o.setting: {"peak_bytes": o.peak_bytes, "budget_share": o.budget_share}
+            for o in options or ()
+        },
     }
 
 
@@ -89,6 +96,13 @@ def print_breakdown(document: dict[str, Any]) -> None:
     if budget is None:
         print("budget: unknown (no memory figure for this machine); cannot judge the fit")
         return
+    options = document.get("activation_checkpointing") or {}
+    if options:
+        described = [
+            CheckpointingOption(setting, o["peak_bytes"], o["budget_share"]).describe()
+            for setting, o in options.items()
+        ]
+        print(f"activation checkpointing {', '.join(described)}")
     where, share = document["budget_location"], document["budget_share"]
     target = document["target_fraction"]
     verdict = "fits" if document["fits"] else "DOES NOT FIT"
@@ -115,7 +129,9 @@ def run(args: argparse.Namespace) -> int:
         info(f"data reader: {plan.reader.name} ({plan.reader.reason})")
         if mode == "extreme":
             info(f"warning: {EXTREME_RISKS}")
-    document = estimate_document(plan.estimate, target, plan.changes, args.mode, plan.reader)
+    document = estimate_document(
+        plan.estimate, target, plan.changes, args.mode, plan.reader, checkpointing_options(plan)
+    )
     if args.json:
         print_json(document)
     else:

@@ -47,6 +47,11 @@ def run(args: argparse.Namespace) -> int:
         info(f"replacing the report in {out_dir}")
     report = make_report(args.run_dirs, out_dir)
     for summary in report.document["runs"]:
+        for switch in summary["activation_checkpointing_switches"]:
+            info(
+                f"{summary['run']}: activation checkpointing {'on' if switch['on'] else 'off'} "
+                f"from step {switch['step']}: {switch['reason']}"
+            )
         for finding in summary["findings"]:
             info(
                 f"{summary['run']}: {finding['kind']} from step {finding['step']}: "

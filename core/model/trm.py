@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from attrs import define
 from torch import Tensor, nn
 from torch.func import functional_call
+from torch.utils.checkpoint import checkpoint
 
 from ..spec import ArchSpec
 from .layers import (
@@ -168,6 +169,18 @@ class RecursiveNet(nn.Module):
         return h
 
 
+def recomputed_in_backward(net: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """``net`` whose activations autograd does not keep: each call keeps its inputs and runs
+    again in backward (``torch.utils.checkpoint``, non-reentrant, so it composes with
+    torch.compile, autocast and the outer ``no_grad`` of the other cycles; the RNG state is
+    restored for the rerun, so a dropout would draw the same)."""
+
+    def call(h: Tensor, injection: Tensor, cos_sin: CosSin | None) -> Tensor:
+        return checkpoint(net, h, injection, cos_sin, use_reentrant=False)
+
+    return call
+
+
 def puzzle_prefix_len(arch: ArchSpec) -> int:
     """Number of prefix tokens: ``puzzle_emb_len`` if > 0, else ceil(puzzle_emb_ndim / hidden)."""
     if arch.puzzle_emb_len > 0:
@@ -238,8 +251,24 @@ class TinyRecursiveModel(nn.Module):
         self.H_cycles = arch.H_cycles
         self.L_cycles = arch.L_cycles
         self.halt_exploration_prob = arch.halt_exploration_prob
+        # Recompute the grad-carrying calls' activations in backward (set_activation_checkpointing)
+        self.activation_checkpointing = False
 
     # ----------------------------------------------------------------- schedules
+
+    def set_activation_checkpointing(self, on: bool) -> None:
+        """Keep (False) or recompute (True) the grad-carrying calls' activations from the
+        next call on.
+
+        With it on, each of the last H cycle's ``L_cycles + 1`` calls of ``net`` runs under
+        ``torch.utils.checkpoint`` (non-reentrant): autograd keeps only the call's inputs and
+        runs the call again, one at a time, in backward. Same function, same gradients (bit
+        for bit on the CPU in float32: the recomputation repeats the same kernels on the same
+        inputs); one more forward of the grad-carrying calls per micro-batch. The loop sets it
+        from ``runtime.activation_checkpointing`` and from the memory guard's request, and
+        the checkpoint records it.
+        """
+        self.activation_checkpointing = bool(on)
 
     def set_recursion(
         self,
@@ -363,9 +392,12 @@ class TinyRecursiveModel(nn.Module):
                 for _ in range(L_cycles):
                     z_L = net(z_L, z_H + x, cos_sin)
                 z_H = net(z_H, z_L, cos_sin)
+        grad_net = net
+        if self.activation_checkpointing and torch.is_grad_enabled():
+            grad_net = recomputed_in_backward(net)
         for _ in range(L_cycles):
-            z_L = net(z_L, z_H + x, cos_sin)
-        z_H = net(z_H, z_L, cos_sin)
+            z_L = grad_net(z_L, z_H + x, cos_sin)
+        z_H = grad_net(z_H, z_L, cos_sin)
         if position_major:
             logits = self.lm_head(z_H[self.puzzle_emb_len :]).transpose(0, 1)
             q = self.q_head(z_H[0]).float()

@@ -16,6 +16,36 @@ from trm.plugin_manager import TrmPluginManager
 from trm.spec import RunSpec
 
 SHRUNK_MARK = "MODEL SHRUNK"
+CHECKPOINTING_SETTINGS = ("off", "on")
+
+
+@frozen
+class CheckpointingOption:
+    """The predicted peak of a spec with activation checkpointing ``setting`` ("off": every
+    activation kept; "on": recomputed in backward), against the binding budget."""
+
+    setting: str
+    peak_bytes: int
+    budget_share: float | None
+
+    def describe(self) -> str:
+        share = f" ({self.budget_share:.0%} of the budget)" if self.budget_share else ""
+        return f"{self.setting}: {format_bytes(self.peak_bytes)}{share}"
+
+
+def checkpointing_options(plan: Plan) -> list[CheckpointingOption]:
+    """The plan's spec at its micro-batch with activation checkpointing off and on, side by
+    side (for ``trm estimate`` and ``trm analyze``)."""
+    spec, estimate = plan.spec, plan.estimate
+    where = estimate.limiting_location()
+    options = []
+    for setting in CHECKPOINTING_SETTINGS:
+        runtime = attrs.evolve(spec.runtime, activation_checkpointing=setting)
+        other = estimate.for_spec(attrs.evolve(spec, runtime=runtime))
+        options.append(
+            CheckpointingOption(setting, other.charged_bytes(where), other.budget_fraction())
+        )
+    return options
 
 
 @frozen

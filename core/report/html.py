@@ -90,6 +90,12 @@ def render_index(
         "<h2>Checks</h2>",
     ]
     for summary in summaries:
+        for switch in summary.get("activation_checkpointing_switches", []):
+            parts.append(
+                f"<p>{escape(summary['run'])}: activation checkpointing "
+                f"{'on' if switch['on'] else 'off'} from step {switch['step']} — "
+                f"{escape(switch['reason'])}.</p>"
+            )
         findings = summary["findings"]
         if not findings:
             parts.append(

@@ -73,4 +73,9 @@ def run_summary(run: Run) -> dict[str, Any]:
             round(peak_device / device_estimate, 3) if peak_device and device_estimate else None
         ),
         "findings": [finding.to_json() for finding in detect(run.rows)],
+        "activation_checkpointing_switches": [
+            {"step": e["step"], "on": bool(e.get("on")), "reason": e.get("reason", "")}
+            for e in run.events
+            if e.get("event") == "activation_checkpointing"
+        ],
     }

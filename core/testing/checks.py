@@ -10,8 +10,8 @@ AssertionError (hypothesis prints the falsifying spec) on the first that fails:
 - bf16 autocast never needs more than fp32, apart from the bf16 copies of the weights that
   autocast keeps (2 bytes per parameter: for a tiny model at batch 1 they outweigh the
   activations bf16 halves, so a truthful estimator may show them);
-- gradient checkpointing never needs more than without it (where ``RuntimeSpec`` has a
-  ``gradient_checkpointing`` field; otherwise the property is skipped and says so).
+- activation checkpointing never needs more than without it (``runtime.activation_checkpointing``
+  "on" against "off"; skipped, and said so, with a ``RuntimeSpec`` that lacks the field).
 """
 
 from __future__ import annotations
@@ -179,8 +179,8 @@ def check_memory_estimator(
     @config
     @common
     def checkpointing_never_above_without(spec, hw, rt, ds):
-        on = _with(spec, "runtime", gradient_checkpointing=True)
-        off = _with(spec, "runtime", gradient_checkpointing=False)
+        on = _with(spec, "runtime", activation_checkpointing="on")
+        off = _with(spec, "runtime", activation_checkpointing="off")
         assert total(on, hw, rt, ds) <= total(off, hw, rt, ds)
 
     checks = {
@@ -192,7 +192,7 @@ def check_memory_estimator(
         "bf16_never_above_fp32": bf16_never_above_fp32,
         "checkpointing_never_above_without": checkpointing_never_above_without,
     }
-    has_checkpointing = "gradient_checkpointing" in attrs.fields_dict(RuntimeSpec)
+    has_checkpointing = "activation_checkpointing" in attrs.fields_dict(RuntimeSpec)
     for name in properties:
         if name == "checkpointing_never_above_without" and not has_checkpointing:
             skipped.append(name)

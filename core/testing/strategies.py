@@ -63,6 +63,7 @@ def run_specs(draw: st.DrawFn, max_hidden: int = 512, max_batch: int = 512) -> R
             device="cpu",
             precision=draw(st.sampled_from(["fp32", "bf16"])),
             micro_batch_size=micro,
+            activation_checkpointing=draw(st.sampled_from(["auto", "off", "on"])),
         ),
     )
     validate(spec, "hypothesis")

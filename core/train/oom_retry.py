@@ -1,9 +1,10 @@
-"""Out of memory in a step: undo it, ask the plugins for a smaller micro-batch, take it again.
+"""Out of memory in a step: undo it, ask the plugins for less memory, take it again.
 
 On out of memory in a forward or backward the step is undone — gradients dropped, the RNG
 restored, the carry never written (see :mod:`trm.train.step`), the error's frames released —
-and ``on_out_of_memory`` asks the plugins for a smaller micro-batch. The same examples then
-run again with the same exploration draws. Without a smaller micro-batch the run fails.
+and ``on_out_of_memory`` asks the plugins for less memory: activation checkpointing switched
+on (the micro-batch is kept) or a smaller micro-batch. The same examples then run again with
+the same exploration draws. With neither the run fails.
 
 A compiled network whose compilation fails at the step (torch.compile compiles lazily: a
 missing toolchain shows only then) is undone the same way and the step runs again eager,
@@ -25,9 +26,9 @@ from trm.device.oom import is_out_of_memory
 from trm.device.rng import capture_rng, restore_rng
 from trm.errors import TrainingFailed
 from trm.plugin_manager import TrmPluginManager
-from trm.state import TrainState, last_good
+from trm.state import TrainState, last_good, recomputes_activations
 from trm.train.metrics_log import Journal
-from trm.train.requests import set_micro_batch
+from trm.train.requests import apply_activation_checkpointing_request, set_micro_batch
 from trm.train.step import StepSetup, attempt_step
 
 
@@ -75,8 +76,18 @@ def _shrink_or_fail(
     step, old = state.step + 1, state.micro_batch_size
     detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     control.micro_batch_request = None
+    control.activation_checkpointing_request = None
     pm.hook.on_out_of_memory(state=state, error=error, control=control)
     journal.show(control)
+    recompute = control.activation_checkpointing_request
+    already = recomputes_activations(state.model)
+    if recompute is not None and recompute[0] and not already:
+        control.micro_batch_request = None  # recomputation first; a later OOM may halve
+        journal.event(step, "out_of_memory", quiet=True, micro_batch_size=old, error=detail)
+        journal.log(f"step {step}: out of memory at micro-batch {old} ({detail}); retrying")
+        apply_activation_checkpointing_request(state, control, journal, step)
+        return
+    control.activation_checkpointing_request = None
     request, control.micro_batch_request = control.micro_batch_request, None
     new = (
         old if request is None else fit_micro_batch(request[0], state.spec.train.global_batch_size)

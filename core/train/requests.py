@@ -1,6 +1,6 @@
 """Carrying out what plugins asked through ``TrainControl``: micro-batch sizes, recursion
-depth and halting exploration, thermal events, pauses. The loop calls these between steps (see
-docs/architecture.md for the order)."""
+depth and halting exploration, activation checkpointing, thermal events, pauses. The loop
+calls these between steps (see docs/architecture.md for the order)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 from trm.control import TrainControl, accumulation_steps, fit_micro_batch
 from trm.plugin_manager import TrmPluginManager
-from trm.state import TrainState
+from trm.state import TrainState, recomputes_activations
 from trm.train.metrics_log import Journal
 from trm.train.signals import StopRequests
 
@@ -121,3 +121,25 @@ def apply_recursion_requests(state: TrainState, control: TrainControl, journal: 
         probability, _reason = control.halt_exploration_request
         control.halt_exploration_request = None
         model.set_recursion(halt_exploration_prob=probability)
+
+
+def apply_activation_checkpointing_request(
+    state: TrainState, control: TrainControl, journal: Journal, step: int | None = None
+) -> bool:
+    """Carry out the latest ``set_activation_checkpointing`` request; True when the setting
+    changed. The model takes it (``set_activation_checkpointing``, so the checkpoint records
+    it); a change is shown and recorded as an ``activation_checkpointing`` event at ``step``
+    (default: the last finished step)."""
+    if control.activation_checkpointing_request is None:
+        return False
+    on, reason = control.activation_checkpointing_request
+    control.activation_checkpointing_request = None
+    model = state.model
+    old = recomputes_activations(model)
+    if on == old:
+        return False
+    step = state.step if step is None else step
+    model.set_activation_checkpointing(on)
+    journal.event(step, "activation_checkpointing", on=on, reason=reason, quiet=True)
+    journal.log(f"step {step}: activation checkpointing {'on' if on else 'off'}: {reason}")
+    return True

@@ -118,6 +118,9 @@ def new_state(
     if local_batch is not None:
         micro_batch_size = min(micro_batch_size, local_batch)
     model = build_model(spec.arch, data.shape).to(torch.device(runtime.device))
+    # "auto" starts off: the tier turned it "on" where that fits a faster micro-batch, and
+    # memory-guard may switch it on after an out-of-memory error
+    model.set_activation_checkpointing(spec.runtime.activation_checkpointing == "on")
     if runtime.compile:
         compile_network(model, runtime.backend)
     return TrainState(
