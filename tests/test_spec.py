@@ -56,7 +56,7 @@ def test_override_changes_only_the_named_key():
         ("arch.hidden_size=true", "arch.hidden_size"),
         ("train.nope=1", "nope"),
         ("nosection.key=1", "nosection"),
-        ("runtime.device=TPU v4!", "runtime.device"),  # not a device name (a name: see test_backend_plugin)
+        ("runtime.device=TPU v4!", "runtime.device"),  # not a device name in form
     ],
 )
 def test_bad_override_is_an_error_naming_the_key(override, named):
