@@ -32,13 +32,15 @@ def test_the_first_update_uses_the_learning_rate_of_update_one_as_the_reference(
 
 
 def _recording(monkeypatch) -> list:
-    """Every plugin manager `trm run` builds, in order."""
+    """The plugin manager each `trm run` trains with (the one built with the spec's plugin
+    tables; an earlier one only names the backends' process groups), in order."""
     managers = []
     real = run_cmd.load_plugins
 
     def load(names, **kw):
         pm = real(names, **kw)
-        managers.append(pm)
+        if "spec_tables" in kw:
+            managers.append(pm)
         return pm
 
     monkeypatch.setattr(run_cmd, "load_plugins", load)

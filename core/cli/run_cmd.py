@@ -125,9 +125,9 @@ def run(args: argparse.Namespace) -> int:
     world = distributed.start(_device_backends(args))
     set_rank(world.rank)
     try:
-        spec, interval = _first_rank_decides(lambda: _read_input(args, world), world)
+        spec, interval, pm = _first_rank_decides(lambda: _read_input(args, world), world)
         with _quiet_stdout(not world.is_first):  # rank 0 alone shows progress
-            return _run(args, spec, interval, world)
+            return _run(args, spec, interval, world, pm)
     finally:
         distributed.finish()
 
@@ -142,9 +142,11 @@ def _device_backends(args: argparse.Namespace) -> list:
         return []
 
 
-def _read_input(args: argparse.Namespace, world: World) -> tuple[RunSpec, tuple[int, float] | None]:
-    """The spec (loaded, ``--set`` applied, checked) and the checkpoint interval; TrmError
-    for bad input."""
+def _read_input(
+    args: argparse.Namespace, world: World
+) -> tuple[RunSpec, tuple[int, float] | None, TrmPluginManager]:
+    """The spec (loaded, ``--set`` applied, checked), the checkpoint interval and the run's
+    plugin manager (the spec's plugin tables switch theirs on); TrmError for bad input."""
     if args.resume not in ("auto", "never") and not Path(args.resume).exists():
         raise TrmError(f"--resume {args.resume}: no such checkpoint file or run directory")
     if args.init_from is not None and not args.init_from.exists():
@@ -153,10 +155,10 @@ def _read_input(args: argparse.Namespace, world: World) -> tuple[RunSpec, tuple[
         raise TrmError("--replace starts afresh: use it with --resume never")
     interval = parse_interval(args.checkpoint_every) if args.checkpoint_every else None
     spec = apply_overrides(load_spec(resolve_spec_path(args.spec)), args.set)
-    # an unclaimed runtime.device is refused before anything is written
-    check_device(load_plugins(args.plugins, spec_tables=spec.plugins), spec.runtime.device)
+    pm = load_plugins(args.plugins, spec_tables=spec.plugins)
+    check_device(pm, spec.runtime.device)  # an unclaimed device: refused before any write
     world.rows(spec.train.global_batch_size)  # TrmError unless it divides among the ranks
-    return spec, interval
+    return spec, interval, pm
 
 
 def _first_rank_decides(check: Callable[[], T], world: World) -> T:
@@ -182,11 +184,11 @@ def _run(
     spec: RunSpec,
     interval: tuple[int, float] | None,
     world: World,
+    pm: TrmPluginManager,
 ) -> int:
     """``trm run`` on one process, or on one rank of a torchrun job (see docs/distributed.md):
     rank 0 checks and locks the run directory, plans and builds the data while the others
     wait; then every rank plans for itself with rank 0's model and training settings."""
-    pm = load_plugins(args.plugins, spec_tables=spec.plugins)
     info(f"plugins on: {pm.describe_enabled()}")
     if not pm.hook.save_checkpoint.get_hookimpls():
         info(

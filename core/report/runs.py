@@ -130,7 +130,8 @@ def load_run(path: Path, label: str | None = None) -> Run:
             evals.append(row)
         elif kind == "event":
             events.append(row)
-    if not by_step:  # no file, an empty one, or only events (a run stopped before step 1)
+    imported = any(event.get("event") == "imported" for event in events)  # trm import
+    if not by_step and not imported:  # no file, an empty one, or only events (stopped early)
         raise TrmError(
             f"{path} holds no training rows in {METRICS_FILE}; give a directory that "
             "trm run has trained into (its --out)"
