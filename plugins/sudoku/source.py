@@ -74,6 +74,20 @@ class SudokuBuildOptions:
             "(4x4: 6, 6x6: 14, 9x9: 30)"
         },
     )
+    min_clues: int = field(
+        default=0,
+        metadata={
+            "help": "fewest clues: each generated puzzle's clue count is drawn uniformly "
+            "from min_clues to clues (0 = every puzzle has exactly clues)"
+        },
+    )
+    minimal: float = field(
+        default=0.0,
+        metadata={
+            "help": "share of generated puzzles, 0 to 1, carved until no clue can be removed "
+            "(minimal puzzles, each with at most clues)"
+        },
+    )
     min_backtracks: int = field(
         default=0,
         metadata={"help": "hardness: fewest solver guesses a generated puzzle must need"},
@@ -96,6 +110,14 @@ def max_clues(o: SudokuBuildOptions) -> int:
     if o.clues == 0:
         return DEFAULT_CLUES.get(o.size, 0)
     return o.clues
+
+
+def _clue_words(o: SudokuBuildOptions) -> str:
+    """How many clues generated puzzles get, in words, for the build's first log line."""
+    words = f"{o.min_clues} to {max_clues(o)} clues" if o.min_clues else f"{max_clues(o)} clues"
+    if o.minimal:
+        words += f", {o.minimal:.0%} carved to minimal"
+    return words
 
 
 def validate_options(o: SudokuBuildOptions) -> None:
@@ -123,6 +145,13 @@ def validate_options(o: SudokuBuildOptions) -> None:
                 f"data.generate.clues must be between {low} and {high} for a {o.size}x{o.size} "
                 f"Sudoku (or 0 for the size's default, {DEFAULT_CLUES[o.size]}), got {o.clues}"
             )
+        if o.min_clues and not low <= o.min_clues <= max_clues(o):
+            raise TrmError(
+                f"data.generate.min_clues must be 0 (off) or between {low} and clues "
+                f"({max_clues(o)}) for a {o.size}x{o.size} Sudoku, got {o.min_clues}"
+            )
+        if not 0.0 <= o.minimal <= 1.0:
+            raise TrmError(f"data.generate.minimal must be between 0 and 1, got {o.minimal}")
     for name in ("min_backtracks", "augment", "workers"):
         if getattr(o, name) < 0:
             raise TrmError(f"data.generate.{name} must be 0 or more, got {getattr(o, name)}")
@@ -248,6 +277,8 @@ def _generate(
         workers=workers,
         start=start,
         progress=quarter_progress(log, f"sudoku: {what}", batch),
+        min_clues=o.min_clues,
+        minimal=o.minimal,
     )
 
 
@@ -429,8 +460,8 @@ class SudokuSource:
             train_q, train_s, test_q, test_s = _read_csv(o, seed, log)
         else:
             log(
-                f"sudoku: generating {o.count} train puzzles ({o.size}x{o.size}, at most "
-                f"{max_clues(o)} clues, min_backtracks {o.min_backtracks}) with {workers} workers"
+                f"sudoku: generating {o.count} train puzzles ({o.size}x{o.size}, "
+                f"{_clue_words(o)}, min_backtracks {o.min_backtracks}) with {workers} workers"
             )
             train_q, train_s = _generate_distinct(
                 o,
