@@ -44,7 +44,12 @@ ACTIVATIONS = ("default", "auto", "opt-in")
 
 @frozen
 class PluginInfo:
-    """One plugin as ``trm plugins`` shows it (``hooks``: those it implements)."""
+    """One plugin as ``trm plugins`` shows it (``hooks``: those it implements).
+
+    ``off_reason`` says why a plugin is off, in the user's words (its own
+    ``UNAVAILABLE_REASON`` when its device or library is absent, "opt-in …", "switched off by
+    --plugins no:NAME"); empty when it is on.
+    """
 
     name: str
     distribution: str
@@ -53,6 +58,7 @@ class PluginInfo:
     enabled: bool
     hooks: tuple[str, ...]
     description: str
+    off_reason: str = ""
 
 
 def _entry_points() -> list[metadata.EntryPoint]:
@@ -67,6 +73,16 @@ def _activation(plugin: Any) -> str:
 def _is_available(plugin: Any) -> bool:
     check = getattr(plugin, "is_available", None)
     return bool(check()) if callable(check) else True
+
+
+def _off_reason(name: str, plugin: Any, activation: str) -> str:
+    """Why the plugin ``name`` is off, given it was not asked for (see ``PluginInfo``)."""
+    if activation == "auto":
+        return str(
+            getattr(plugin, "UNAVAILABLE_REASON", "")
+            or "what it needs is not here (its is_available() is False)"
+        )
+    return f"opt-in: --plugins {name} or a spec's [plugins.{name}] table switches it on"
 
 
 def _description(plugin: Any) -> str:
@@ -227,13 +243,25 @@ def load_plugins(
         else:
             enabled = False
         hooks = implemented_hooks(pm, plugin)
+        off = "" if enabled else _off_reason(name, plugin, activation)
         infos.append(
-            PluginInfo(name, dist, version, activation, enabled, hooks, _description(plugin))
+            PluginInfo(name, dist, version, activation, enabled, hooks, _description(plugin), off)
         )
         if enabled:
             pm.register(plugin, name=name)
     for name, dist, version in skipped:
-        infos.append(PluginInfo(name, dist, version, "-", False, (), "switched off (not loaded)"))
+        infos.append(
+            PluginInfo(
+                name,
+                dist,
+                version,
+                "-",
+                False,
+                (),
+                "switched off (not loaded)",
+                f"switched off by --plugins no:{name}",
+            )
+        )
     infos.sort(key=lambda info: info.name)
     pm.check_pending()
     return TrmPluginManager(pm, infos, from_spec)

@@ -92,3 +92,30 @@ def test_trm_plugins_table_shows_every_hook_name_whole(cli, monkeypatch, columns
         for hook in plugin["hooks"]:
             assert hook in result.out, (plugin["name"], hook)
     assert ("what it does" in result.out) == (columns >= 120)
+
+
+def test_trm_plugins_says_why_each_off_plugin_is_off(cli, monkeypatch):
+    unavailable = types.SimpleNamespace(
+        ACTIVATION="auto",
+        UNAVAILABLE_REASON="the frobnicator library is not installed",
+        is_available=lambda: False,
+    )
+    pm = load_plugins(["no:mkl"], extra_modules=[])
+    by_name = {info.name: info for info in pm.infos}
+    assert by_name["mkl"].off_reason == "switched off by --plugins no:mkl"
+    assert by_name["thermal"].off_reason.startswith("opt-in: --plugins thermal")
+    assert by_name["cpu"].off_reason == ""  # on
+    # An auto plugin whose library or device is absent gives its own reason.
+    from trm import plugin_manager
+
+    assert plugin_manager._off_reason("frob", unavailable, "auto") == (
+        "the frobnicator library is not installed"
+    )
+    monkeypatch.setenv("COLUMNS", "200")
+    table = cli("plugins").out
+    assert "[plugins.thermal]" in table  # rich markup is escaped, not swallowed
+    doc = json.loads(cli("plugins", "--json").out)
+    xla = {p["name"]: p for p in doc["plugins"]}.get("xla")
+    if xla is not None and not xla["enabled"]:  # the main venv has no torch_xla
+        assert "torch_xla is not installed" in xla["off_reason"]
+        assert "torch_xla is not installed" in table

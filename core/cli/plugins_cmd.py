@@ -7,6 +7,7 @@ import argparse
 import attrs
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trm.cli.output import print_json
@@ -35,13 +36,14 @@ def run(args: argparse.Namespace) -> int:
         caption=None if described else f"descriptions: {WIDE_COLUMNS}+ columns, or --json",
     )
     for column in ("name", "on", "activation", "distribution", "hooks"):
-        table.add_column(column, no_wrap=True)
+        # "on" wraps: an off plugin says why (torch_xla is not installed, opt-in, …).
+        table.add_column(column, no_wrap=column != "on", max_width=36 if column == "on" else None)
     if described:
         table.add_column("what it does", ratio=1)
     for info in pm.infos:
         row = [
             info.name,
-            "yes" if info.enabled else "no",
+            "yes" if info.enabled else escape(f"no: {info.off_reason}".rstrip(": ")),
             info.activation,
             f"{info.distribution} {info.version}",
             "\n".join(info.hooks),
