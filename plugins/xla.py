@@ -139,11 +139,17 @@ def memory_info(device: torch.device | str | None = None) -> Mapping[str, int] |
     return info if info and info.get("bytes_limit") else None
 
 
-def use_compilation_cache() -> Path:
+def use_compilation_cache() -> Path | None:
     """Keep compiled graphs on disk, so a resumed or repeated run loads them instead of
     compiling again: ``XLA_PERSISTENT_CACHE_PATH`` when the user set it, else trm's user
-    cache (``xla-compile-cache``). Set before the runtime computes anything (it reads it once)."""
+    cache (``xla-compile-cache``). Set before the runtime computes anything (it reads it once).
+
+    Not on the CPU PJRT device (``PJRT_DEVICE=CPU``), which cannot load a saved executable
+    (torch_xla 2.9 warns "Deserializing serialized executable not supported" at every compile
+    and compiles anyway): None there, unless the user set the variable."""
     path = os.environ.get("XLA_PERSISTENT_CACHE_PATH")
+    if not path and os.environ.get("PJRT_DEVICE", "").upper() == "CPU":
+        return None
     if not path:
         path = str(cache_dir() / "xla-compile-cache")
         os.environ["XLA_PERSISTENT_CACHE_PATH"] = path

@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -49,11 +48,7 @@ if HAS_TORCH_XLA and ON_CPU_RUNTIME:
     # One device in this process; set before the XLA runtime starts (at the first run).
     os.environ["PJRT_DEVICE"] = "CPU"
     os.environ["CPU_NUM_DEVICES"] = "1"
-    # Compiled graphs shared by this process and the runs it starts (and kept between
-    # sessions): a repeated graph loads from disk instead of compiling again.
-    os.environ.setdefault(
-        "XLA_PERSISTENT_CACHE_PATH", str(Path(tempfile.gettempdir()) / "trm-xla-test-cache")
-    )
+    # No XLA_PERSISTENT_CACHE_PATH: the CPU device cannot load saved executables.
 
 QUICKSTART_STEPS = 56
 STEADY_FROM_STEP = 6

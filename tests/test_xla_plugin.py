@@ -4,6 +4,7 @@ choices and its errors. (Runs on the xla device itself: tests/test_xla.py, in th
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 
@@ -103,3 +104,20 @@ def test_without_torch_xla_runtime_device_xla_is_one_error_line(cli, tmp_path):
     result = cli("run", "quickstart", "--set", "runtime.device=xla", "--out", tmp_path / "r")
     assert_one_line_error(result, "runtime.device", "xla")
     assert not (tmp_path / "r").exists()
+
+
+def test_the_compile_cache_is_left_off_on_the_cpu_device_which_cannot_load_it(
+    monkeypatch, tmp_path
+):
+    monkeypatch.delenv("XLA_PERSISTENT_CACHE_PATH", raising=False)
+    monkeypatch.setenv("TRM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    assert xla.use_compilation_cache() is None
+    assert "XLA_PERSISTENT_CACHE_PATH" not in os.environ
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")
+    assert xla.use_compilation_cache() == tmp_path / "xla-compile-cache"
+    assert os.environ["XLA_PERSISTENT_CACHE_PATH"] == str(tmp_path / "xla-compile-cache")
+    # A path the user set is theirs, on any device.
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    monkeypatch.setenv("XLA_PERSISTENT_CACHE_PATH", str(tmp_path / "mine"))
+    assert xla.use_compilation_cache() == tmp_path / "mine"
