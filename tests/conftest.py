@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,28 @@ def assert_one_line_error(result: CliResult, *fragments: str) -> None:
     assert "Traceback" not in result.err
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``pytest -n N``), give each worker its own share of the CPUs.
+
+    Worker ``i`` of ``N`` keeps every ``N``-th usable CPU from the ``i``-th, so workers (and the
+    ``trm`` and torchrun processes they start, which inherit the mask) never fight over a core:
+    trm's CPU backend takes its thread count from this mask. With more workers than CPUs the
+    mask is left alone.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if not worker.startswith("gw") or workers < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if workers > len(cpus):
+        return
+    mine = cpus[int(worker[2:]) % workers :: workers]
+    os.sched_setaffinity(0, mine)
+    import torch
+
+    torch.set_num_threads(len(mine))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

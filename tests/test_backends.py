@@ -92,6 +92,8 @@ def test_cpu_precision_choice(setting, native, large, expected) -> None:
 
 def test_cpu_backend_uses_physical_cores_and_answers_only_for_cpu(monkeypatch) -> None:
     monkeypatch.setattr(cpu, "cpp_compiler", lambda: "/usr/bin/g++")
+    # The profile's two logical CPUs, whatever this process's own mask is (pytest -n pins).
+    monkeypatch.setattr(cpu.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
     hardware = HardwareProfile(physical_cores=1, logical_cores=2, cpu_native_bf16=True)
     choice = cpu.configure_cpu(spec_with(), hardware)
     assert choice.device == "cpu" and choice.threads == 1 and torch.get_num_threads() == 1
