@@ -63,6 +63,12 @@ def pytest_configure(config: pytest.Config) -> None:
     torch.set_num_threads(len(mine))
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the tests marked ``slow`` first (in their collected order), so that under
+    ``pytest -n`` the long ones start early and the short ones fill in around them."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--activation-checkpointing",

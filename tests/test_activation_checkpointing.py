@@ -114,6 +114,7 @@ def test_bf16_autocast_agrees_within_rounding(mlp_t):
         assert error <= 1e-2 * scale + 1e-6, f"{name}: off by {error:.3g} at scale {scale:.3g}"
 
 
+@pytest.mark.slow
 def test_composes_with_torch_compile():
     keeps, recomputes = pair(arch_of(True, H_cycles=1, L_cycles=1, L_layers=1), compiled=True)
     data = batch_of(2)

@@ -439,6 +439,7 @@ def test_filters_side_max_tasks_and_task_ids(tmp_path):
     assert read_identifiers(one) == ["<blank>", "007bbfb7", "00576224"]
 
 
+@pytest.mark.slow
 def test_full_arc_agi_1_plan_reproduces_the_reference_counts():
     """The issue's numbers for ARC-AGI-1 + ConceptARC at 1,000 augmentations, from the draws
     alone (nothing written): identifiers, train examples and groups, test examples."""
@@ -614,6 +615,7 @@ def test_tiers_never_shrink_the_puzzle_table_and_say_when_it_does_not_fit():
 # --- learning: the CPU preset, briefly --------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_cpu_preset_learns_held_out_cells_far_above_an_untrained_model(tmp_path):
     """specs/arc-cpu.toml trained for 120 of its 400 steps: cell accuracy on its held-out test
     rows (the evaluation tasks' test inputs, all versions) far above an untrained model's

@@ -53,6 +53,7 @@ def trm(env: dict[str, str], *args: str, cwd: Path) -> subprocess.CompletedProce
     )
 
 
+@pytest.mark.slow
 def test_an_installed_backend_trains_the_quickstart(installed, tmp_path):
     listed = trm(installed, "plugins", "--json", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
@@ -67,13 +68,15 @@ def test_an_installed_backend_trains_the_quickstart(installed, tmp_path):
         "--set",
         "runtime.device=cpu-checked",
         "--set",
-        "train.eval_interval=20",
+        "train.global_batch_size=32",
         "--set",
-        "data.generate.count=400",
+        "train.eval_interval=6",
         "--set",
-        "data.generate.test_count=64",
+        "data.generate.count=200",
+        "--set",
+        "data.generate.test_count=32",
         "--max-steps",
-        "40",
+        "12",
         "--out",
         str(run),
         cwd=tmp_path,
@@ -81,14 +84,14 @@ def test_an_installed_backend_trains_the_quickstart(installed, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "cpu-checked: counting host transfers" in result.stderr
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["backend"] == "cpu-checked" and summary["steps"] == 40
+    assert summary["backend"] == "cpu-checked" and summary["steps"] == 12
     counts = json.loads((run / "cpu-checked.json").read_text())
     # one host read and one step boundary per optimizer step; batches: one per step, plus the
     # first carry's template and the evaluation batches
-    assert counts["read_values"] == 40 and counts["mark_step"] == 40
-    assert counts["to_device"] > 40
+    assert counts["read_values"] == 12 and counts["mark_step"] == 12
+    assert counts["to_device"] > 12
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if "kind" not in r] == list(range(1, 41))
+    assert [r["step"] for r in rows if "kind" not in r] == list(range(1, 13))
 
 
 def test_an_unknown_device_names_the_installed_backends(installed, tmp_path):

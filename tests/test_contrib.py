@@ -500,6 +500,7 @@ def test_the_benchmark_reads_times_to_accuracy_from_the_metrics_rows():
     assert learning.time_to(curve, 0.99) is None
 
 
+@pytest.mark.slow
 def test_the_benchmark_runs_each_configuration_and_seed_and_reports_them(tiny, tmp_path, capsys):
     learning = _learning_benchmark()
     staged = "staged|curriculum|plugins.curriculum.schedule=staged"

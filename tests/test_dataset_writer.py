@@ -282,6 +282,7 @@ print(json.dumps({"peak_kib": peak_kib}))
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc/self/status")
+@pytest.mark.slow
 def test_a_large_build_stays_far_below_its_size_in_memory(tmp_path: Path) -> None:
     out = tmp_path / "data"
     try:

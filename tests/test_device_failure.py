@@ -56,6 +56,7 @@ def tiny(tmp_path_factory) -> tuple[Path, Path]:
     return base, write_spec(base, data)
 
 
+@pytest.mark.slow
 def test_a_failed_device_stops_at_the_last_checkpoint_and_resumes_on_the_cpu(tiny):
     base, spec = tiny
     run_dir = base / "run"

@@ -36,6 +36,9 @@ from trm.device.distributed import World
 from trm.errors import TrmError
 from trm.model import SignSGDSparse, SparsePuzzleEmbedding
 
+# Every test here starts torchrun ranks: slow, so run first under pytest -n.
+pytestmark = pytest.mark.slow
+
 STEPS = 20
 MAX_RELATIVE_DIFFERENCE = 1e-5
 PROCESS_TIMEOUT_S = 240.0

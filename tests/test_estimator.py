@@ -307,6 +307,7 @@ def test_the_built_in_estimator_has_every_trm_testing_property():
     assert skipped == []
 
 
+@pytest.mark.slow
 def test_the_kit_catches_an_estimator_whose_bf16_exceeds_fp32():
     broken = types.ModuleType("broken")
 
@@ -320,6 +321,7 @@ def test_the_kit_catches_an_estimator_whose_bf16_exceeds_fp32():
         check_memory_estimator(broken, max_examples=10, properties=("bf16_never_above_fp32",))
 
 
+@pytest.mark.slow
 def test_the_kit_rejects_negative_items():
     def estimate_memory(spec):
         return [MemoryItem("refund", -1)]
@@ -342,6 +344,7 @@ def test_a_smaller_attention_variant_also_satisfies_sizes_monotonicity():
     [{"mlp_t": True, "pos_encodings": "none"}, {"mlp_t": False, "pos_encodings": "rope"}],
     ids=["mlp_t", "attention-rope"],
 )
+@pytest.mark.slow
 def test_compiled_activation_count_matches_what_inductor_saves(overrides):
     arch = ArchSpec(
         hidden_size=64, num_heads=4, L_cycles=2, puzzle_emb_ndim=0, puzzle_emb_len=2, **overrides

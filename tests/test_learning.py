@@ -68,6 +68,7 @@ def untrained_exact_accuracy(run_dir: Path) -> float:
     return result["exact_accuracy"]
 
 
+@pytest.mark.slow
 def test_trained_tiny_trm_is_far_above_untrained_on_held_out_puzzles(trained_run):
     summary = json.loads((trained_run / "summary.json").read_text())
     untrained = untrained_exact_accuracy(trained_run)

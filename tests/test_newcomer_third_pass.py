@@ -460,6 +460,7 @@ def _torchrun_script(tmp_path: Path, script: str) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.slow
 def test_under_torchrun_a_bad_spec_is_one_whole_error_line(tiny, tmp_path):
     from tests.test_distributed import torchrun
 
@@ -470,6 +471,7 @@ def test_under_torchrun_a_bad_spec_is_one_whole_error_line(tiny, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_under_torchrun_a_refused_run_folder_is_one_error_line(tiny, tmp_path):
     from tests.test_distributed import torchrun
 
@@ -482,6 +484,7 @@ def test_under_torchrun_a_refused_run_folder_is_one_error_line(tiny, tmp_path):
     assert out.read_text() == "a file where the run folder goes\n"
 
 
+@pytest.mark.slow
 def test_ranks_given_different_max_steps_stop_where_rank_0_does(tiny, tmp_path):
     run_dir = tmp_path / "run"
     script = (

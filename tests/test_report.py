@@ -97,6 +97,7 @@ def _expected_series(run_dir: Path) -> dict[str, dict[str, dict[str, int]]]:
     }
 
 
+@pytest.mark.slow
 def test_the_memory_plot_shows_the_estimates_promised_band(runs, cli, tmp_path):
     """The ±10% band around the host estimate is drawn, and the axis holds all of it, so
     a gap of a few percent between estimate and measurement looks as small as it is."""
@@ -122,6 +123,7 @@ def _pixels_of(image: np.ndarray, color: str, box: list[float]) -> int:
     return int((np.abs(region - rgb).max(axis=-1) <= 40).sum())
 
 
+@pytest.mark.slow
 def test_a_report_of_a_real_run_draws_one_line_per_series_in_every_png(runs, cli, tmp_path):
     clean = runs.base / "clean"
     document = _report(cli, tmp_path / "out", clean)

@@ -174,6 +174,7 @@ def _assert_same_as_reference(base: Path, name: str, phases: list[Phase]) -> Non
     assert eval_steps(run_dir) == eval_steps(base / "reference")
 
 
+@pytest.mark.slow
 def test_uninterrupted_reference_run_finishes(outcomes):
     base, results = outcomes
     (phase,) = results["reference"]
