@@ -36,18 +36,22 @@ def run(args: argparse.Namespace) -> int:
         caption=None if described else f"descriptions: {WIDE_COLUMNS}+ columns, or --json",
     )
     for column in ("name", "on", "activation", "distribution", "hooks"):
-        # "on" wraps: an off plugin says why (torch_xla is not installed, opt-in, …).
-        table.add_column(column, no_wrap=column != "on", max_width=36 if column == "on" else None)
+        table.add_column(column, no_wrap=True)
     if described:
         table.add_column("what it does", ratio=1)
     for info in pm.infos:
         row = [
             info.name,
-            "yes" if info.enabled else escape(f"no: {info.off_reason}".rstrip(": ")),
+            "yes" if info.enabled else "no",
             info.activation,
             f"{info.distribution} {info.version}",
             "\n".join(info.hooks),
         ]
         table.add_row(*row, *([info.description] if described else []))
     console.print(table)
+    # Why each plugin that would switch itself on is off (its library or device is absent),
+    # below the table so that no terminal width cuts it; opt-in ones say "opt-in" above.
+    for info in pm.infos:
+        if not info.enabled and info.activation != "opt-in" and info.off_reason:
+            console.print(escape(f"{info.name} is off: {info.off_reason}"), soft_wrap=True)
     return 0
