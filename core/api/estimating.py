@@ -13,13 +13,14 @@ from trm.api.log import Log, say
 from trm.api.specs import SpecLike, read_spec
 from trm.data.reader import ReaderChoice
 from trm.errors import TrmError
-from trm.hardware import format_bytes
+from trm.hardware import HardwareProfile, format_bytes
 from trm.memory import DEFAULT_MODE, EXTREME_RISKS, MODE_TARGETS, MODES, MemoryEstimate
 from trm.paths import default_run_dir
 from trm.plan import plan_run
 from trm.plan.tiers import CheckpointingOption, checkpointing_options
 from trm.plugin_manager import load_plugins
-from trm.spec import Change
+from trm.runtime import RuntimeChoice
+from trm.spec import Change, RunSpec
 
 AS_WRITTEN = "as-written"  # the spec unchanged, held against the whole budget
 
@@ -32,7 +33,9 @@ class Estimate:
     what the tier changed; ``target_fraction`` the share of the budget the tier allows
     (1.0 as written); ``reader`` the data reader the run would use; ``checkpointing`` the
     same spec with activation checkpointing off and on; ``notes`` the lines ``trm estimate``
-    shows above the table.
+    shows above the table; ``hardware`` the machine as the plugins detected it (what ``trm
+    analyze --profile-only`` shows) and ``runtime`` the device, precision and threads the
+    run would use; ``spec`` the spec fitted to the tier.
     """
 
     memory: MemoryEstimate
@@ -40,6 +43,9 @@ class Estimate:
     changes: tuple[Change, ...]
     mode: str
     reader: ReaderChoice
+    hardware: HardwareProfile = attrs.field(repr=False)
+    runtime: RuntimeChoice = attrs.field(repr=False)
+    spec: RunSpec = attrs.field(repr=False)
     checkpointing: tuple[CheckpointingOption, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -193,6 +199,9 @@ def estimate_memory(
         changes=tuple(plan.changes),
         mode=mode,
         reader=plan.reader,
+        hardware=plan.hardware,
+        runtime=plan.runtime,
+        spec=plan.spec,
         checkpointing=tuple(checkpointing_options(plan)),
         notes=tuple(notes),
     )
