@@ -80,6 +80,7 @@ class NotebookLine:
             color_system="truecolor",
             force_terminal=True,
             force_jupyter=False,
+            highlight=False,
         )
         if self.fraction is not None:
             bar = ProgressBar(total=1.0, completed=min(max(self.fraction, 0.0), 1.0), width=40)

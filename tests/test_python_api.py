@@ -283,3 +283,13 @@ def test_import_trm_does_not_import_torch():
     code = "import sys, trm; print('torch' in sys.modules); trm.load; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["False", "True"]
+
+
+def test_the_notebook_progress_line_is_rich_html_and_off_outside_a_kernel():
+    from trm.plugins.progress import NotebookLine, notebook_kernel
+
+    line = NotebookLine("step 3/10  100 samples/s", 0.3)
+    assert repr(line) == "step 3/10  100 samples/s"
+    html = line._repr_html_()
+    assert "step 3/10" in html and "━" in html and html.startswith("<pre")
+    assert notebook_kernel() is False  # pytest is no Jupyter kernel
