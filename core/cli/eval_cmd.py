@@ -1,5 +1,10 @@
 """``trm eval CHECKPOINT [--submission FILE]`` and ``trm solve CHECKPOINT PUZZLE|TASK``.
 
+CHECKPOINT is a checkpoint file, a run directory, or the name of a shipped model
+(``trm.shipped``; a path that exists wins). ``trm eval NAME`` without ``--data`` scores the
+shipped model again on each puzzle kind its manifest lists (the held-out puzzles generated
+anew from the recorded options and seed) and shows the manifest's figure beside each.
+
 Bad input (a file that is not a checkpoint, a missing split, data of another shape than the
 model, a malformed puzzle, a submission for a task that has no submission format) is one
 TrmError line. A puzzle the data source's solver proves unsolvable is not an error: ``trm
@@ -30,8 +35,16 @@ from trm.errors import TrmError
 from trm.plan.dataset import find_data_source
 from trm.plan.pipeline import detect_hardware, runtime_here
 from trm.plugin_manager import TrmPluginManager, load_plugins
+from trm.shipped import (
+    Manifest,
+    looks_like_a_name,
+    shipped_checkpoint,
+    shipped_manifest,
+    shipped_names,
+)
 from trm.spec import RunSpec
 from trm.train.evaluate import confidence, evaluate, predict, predict_with_halt
+from trm.train.held_out import score_kind
 from trm.train.inference import (
     check_eval_data,
     checkpoint_shape,
@@ -47,7 +60,11 @@ _PUZZLE_CHARS = set("0123456789.|-+ \t")
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     ev = commands.add_parser("eval", parents=[common], help="score a checkpoint on held-out data")
-    ev.add_argument("checkpoint", type=Path, help="a checkpoint file or a run directory")
+    ev.add_argument(
+        "checkpoint",
+        type=Path,
+        help="a checkpoint file, a run directory or a shipped model's name",
+    )
     ev.add_argument("--data", type=Path, help="dataset directory (default: the one trained on)")
     ev.add_argument("--split", default=None, help="split to score (default: the spec's eval split)")
     ev.add_argument(
@@ -66,7 +83,11 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     ev.set_defaults(func=run_eval)
 
     solve = commands.add_parser("solve", parents=[common], help="solve one puzzle")
-    solve.add_argument("checkpoint", type=Path, help="a checkpoint file or a run directory")
+    solve.add_argument(
+        "checkpoint",
+        type=Path,
+        help="a checkpoint file, a run directory or a shipped model's name",
+    )
     solve.add_argument(
         "puzzle",
         help="the puzzle as text ('.' or 0 for blanks) or a file path; for ARC a task id of "
@@ -85,9 +106,24 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     solve.set_defaults(func=run_solve)
 
 
+def _shipped(given: Path) -> tuple[Path, Manifest | None]:
+    """The checkpoint ``given`` names and, for a shipped model's name, its manifest (the
+    file checked against it). A path that exists wins over a name; a word that can only be
+    a name and names no shipped model is a TrmError listing the shipped ones."""
+    if given.exists() or not looks_like_a_name(str(given)):
+        return given, None
+    name = str(given)
+    path = shipped_checkpoint(name)
+    return path, shipped_manifest(name)
+
+
 def _load(pm: TrmPluginManager, path: Path) -> dict:
     if not path.exists():
-        raise TrmError(f"checkpoint {path} does not exist; give a checkpoint file or run dir")
+        names = ", ".join(shipped_names()) or "none"
+        raise TrmError(
+            f"checkpoint {path} does not exist; give a checkpoint file, a run dir or a "
+            f"shipped model's name ({names})"
+        )
     if not path.is_file() and not path.is_dir():
         raise TrmError(
             f"checkpoint {path} is not a regular file; give a checkpoint file or run dir"
@@ -102,9 +138,11 @@ def _load(pm: TrmPluginManager, path: Path) -> dict:
 
 
 def _restore(args: argparse.Namespace) -> tuple[TrmPluginManager, dict, Any, RunSpec, Any]:
-    """Plugins, checkpoint payload, runtime, spec and the model ready for inference."""
+    """Plugins, checkpoint payload, runtime, spec and the model ready for inference.
+    ``args.manifest`` is set to the shipped model's manifest (None for a path)."""
+    path, args.manifest = _shipped(args.checkpoint)
     pm = load_plugins(args.plugins)
-    payload = _load(pm, args.checkpoint)
+    payload = _load(pm, path)
     runtime = runtime_here(pm, checkpoint_spec(payload), detect_hardware(pm), info)
     spec, model = restore_model(payload, torch.device(runtime.device))
     return pm, payload, runtime, spec, model
@@ -141,6 +179,8 @@ def _data_dir(args: argparse.Namespace, payload: dict) -> Path:
 
 def run_eval(args: argparse.Namespace) -> int:
     pm, payload, runtime, spec, model = _restore(args)
+    if args.manifest is not None and args.data is None:
+        return _eval_shipped(args, args.manifest, pm, payload, runtime, spec, model)
     data_dir = _data_dir(args, payload)
     split = args.split if args.split is not None else spec.data.eval_split
     check_eval_data(payload, data_dir, split, given=args.split is not None)
@@ -178,6 +218,77 @@ def run_eval(args: argparse.Namespace) -> int:
             )
         )
     return 0
+
+
+def _eval_shipped(
+    args: argparse.Namespace,
+    manifest: Manifest,
+    pm: TrmPluginManager,
+    payload: dict,
+    runtime: Any,
+    spec: RunSpec,
+    model: Any,
+) -> int:
+    """``trm eval NAME``: each kind of the manifest scored again beside its recorded figure.
+
+    ``--max-examples`` scores fewer than the manifest's count of each kind (a quicker,
+    rougher check); ``--split`` and ``--submission`` need ``--data``."""
+    for option in ("split", "submission"):
+        if getattr(args, option) is not None:
+            raise TrmError(
+                f"--{option} needs --data DIR with a shipped model; without --data, `trm eval "
+                f"{manifest.name}` scores the held-out puzzle kinds its manifest lists"
+            )
+    rows = []
+    for kind in manifest.kinds:
+        count = kind.count if args.max_examples <= 0 else min(args.max_examples, kind.count)
+        info(f"{manifest.name}: generating the held-out puzzles of kind {kind.kind!r} …")
+        score = score_kind(
+            pm,
+            payload,
+            spec,
+            model,
+            runtime.placement(),
+            kind.options,
+            kind.seed,
+            count,
+            args.batch_size,
+            _quiet,
+            f"manifest of {manifest.name}, kind {kind.kind!r}",
+        )
+        rows.append(
+            {
+                "kind": kind.kind,
+                "seed": kind.seed,
+                "examples": score.examples,
+                "exact_accuracy": score.exact_accuracy,
+                "cell_accuracy": score.cell_accuracy,
+                "manifest_count": kind.count,
+                "manifest_exact_accuracy": kind.exact_accuracy,
+                "manifest_cell_accuracy": kind.cell_accuracy,
+            }
+        )
+    if args.json:
+        print_json({"model": manifest.name, "step": payload.get("step"), "kinds": rows})
+        return 0
+    print(f"{manifest.name} (shipped, step {payload.get('step')}): held-out exact accuracy")
+    width = max([len(r["kind"]) for r in rows] + [4])
+    print(f"  {'kind':<{width}}  examples  exact    manifest  cell")
+    for r in rows:
+        print(
+            f"  {r['kind']:<{width}}  {r['examples']:>8}  {r['exact_accuracy']:>7.2%}  "
+            f"{r['manifest_exact_accuracy']:>7.2%}   {r['cell_accuracy']:.2%}"
+            + (
+                ""
+                if r["examples"] == r["manifest_count"]
+                else f"  ({r['manifest_count']} in the manifest)"
+            )
+        )
+    return 0
+
+
+def _quiet(_message: str) -> None:
+    """Drop the data source's build messages (``trm eval NAME`` says what it generates)."""
 
 
 def _task_evaluator(
@@ -414,7 +525,12 @@ def run_solve(args: argparse.Namespace) -> int:
     source = _source(pm, spec)
     if callable(getattr(source, "solve_task", None)):
         return _solve_task(args, payload, spec, runtime, model, source)
-    question = _parse(source, args.puzzle, checkpoint_shape(payload).seq_len)
+    try:
+        question = _parse(source, args.puzzle, checkpoint_shape(payload).seq_len)
+    except TrmError as exc:
+        if args.manifest is None:
+            raise
+        raise TrmError(f"{args.manifest.name} solves {args.manifest.puzzle}: {exc}") from None
     batch = placement.to_device(
         {
             "inputs": question[None, :],
