@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -257,3 +258,34 @@ def test_the_script_ships_a_finished_run_that_trm_eval_reproduces(
     assert [r["exact_accuracy"] for r in rows] == [k.exact_accuracy for k in manifest.kinds]
     assert [r["cell_accuracy"] for r in rows] == [k.cell_accuracy for k in manifest.kinds]
     assert [r["examples"] for r in rows] == [16, 10]
+
+
+def _run_script(*args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "shipped_weights.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_the_script_from_run_records_the_given_command_and_prints_json(generated_run, tmp_path):
+    command = f"trm run {generated_run.spec} --out {generated_run.run}"
+    out = tmp_path / "out"
+    done = _run_script(
+        "--only", "quickstart", "--from-run", generated_run.run, "--command", command,
+        "--commit", "abc123", "--out", out, "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (model,) = json.loads(done.stdout)["models"]
+    assert model["command"] == command
+    assert model["kinds"][0]["count"] == 16  # the tiny run's whole held-out split
+    assert model["sha256"] == file_sha256(out / "quickstart.pt")
+    assert read_manifest(out / "quickstart.json").to_json() == model
+
+
+def test_the_script_from_run_without_a_command_is_one_line(generated_run, tmp_path):
+    done = _run_script("--only", "quickstart", "--from-run", generated_run.run, "--out", tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.count("error:") == 1 and "--command" in done.stderr
+    assert not any(tmp_path.iterdir())
