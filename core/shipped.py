@@ -176,6 +176,11 @@ def shipped_manifest(name: str) -> Manifest:
     _known(name)
     folder = shipped_dir()
     manifest = read_manifest(folder / f"{name}{MANIFEST_SUFFIX}")
+    if manifest.name != name:
+        raise TrmError(
+            f"manifest {folder / (name + MANIFEST_SUFFIX)} describes model {manifest.name!r}, "
+            f"not {name!r}; the shipped files were renamed — reinstall trm or regenerate them"
+        )
     check_file(folder / f"{name}{CHECKPOINT_SUFFIX}", manifest, f"shipped model {name}")
     return manifest
 

@@ -36,9 +36,10 @@ from trm.plan.dataset import find_data_source
 from trm.plan.pipeline import detect_hardware, runtime_here
 from trm.plugin_manager import TrmPluginManager, load_plugins
 from trm.shipped import (
+    CHECKPOINT_SUFFIX,
     Manifest,
     looks_like_a_name,
-    shipped_checkpoint,
+    shipped_dir,
     shipped_manifest,
     shipped_names,
 )
@@ -112,9 +113,8 @@ def _shipped(given: Path) -> tuple[Path, Manifest | None]:
     a name and names no shipped model is a TrmError listing the shipped ones."""
     if given.exists() or not looks_like_a_name(str(given)):
         return given, None
-    name = str(given)
-    path = shipped_checkpoint(name)
-    return path, shipped_manifest(name)
+    manifest = shipped_manifest(str(given))  # checks the file against it
+    return shipped_dir() / f"{given}{CHECKPOINT_SUFFIX}", manifest
 
 
 def _load(pm: TrmPluginManager, path: Path) -> dict:
