@@ -25,6 +25,7 @@ from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
 from trm.device.contract import HOST, Placement
 from trm.errors import TrmError
+from trm.plugin_manager import load_plugins
 from trm.shipped import (
     SHIPPED_DIR_ENV,
     file_sha256,
@@ -34,7 +35,9 @@ from trm.shipped import (
     shipped_manifest,
     shipped_names,
 )
+from trm.spec import load_spec, resolve_spec_path
 from trm.train.evaluate import predict_with_halt
+from trm.train.held_out import kind_options
 from trm.train.inference import SHIPPED_KEYS, reduce_checkpoint, restore_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -140,21 +143,28 @@ def test_a_manifest_with_an_unknown_key_is_one_line(cli, tmp_path, monkeypatch):
     assert_one_line_error(result, "manifest", "quickstart.json", "accuracy")
 
 
-def test_eval_quickstart_reproduces_the_manifest(cli, tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", shipped_names())
+def test_eval_name_reproduces_the_manifest_within_2_points(name, cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    manifest = shipped_manifest("quickstart")
-    result = cli("eval", "quickstart", "--json")
+    manifest = shipped_manifest(name)
+    result = cli("eval", name, "--json")
     assert result.code == 0, result.err
     document = json.loads(result.out)
-    assert document["model"] == "quickstart"
+    assert document["model"] == name
     assert [row["kind"] for row in document["kinds"]] == [k.kind for k in manifest.kinds]
     for row, kind in zip(document["kinds"], manifest.kinds, strict=True):
         assert row["examples"] == kind.count
         assert row["manifest_exact_accuracy"] == kind.exact_accuracy
         assert abs(row["exact_accuracy"] - kind.exact_accuracy) <= 0.02
-    text = cli("eval", "quickstart")
-    assert text.code == 0, text.err
-    assert f"{manifest.kinds[0].exact_accuracy:.2%}" in text.out
+
+
+def test_eval_name_prints_the_manifest_figure_beside_its_own(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    manifest = shipped_manifest("quickstart")
+    result = cli("eval", "quickstart", "--max-examples", "50")
+    assert result.code == 0, result.err
+    assert f"{manifest.kinds[0].exact_accuracy:.2%}" in result.out
+    assert f"({manifest.kinds[0].count} in the manifest)" in result.out
 
 
 def test_eval_of_a_shipped_name_refuses_split_without_data(cli):
@@ -258,6 +268,16 @@ def test_the_script_ships_a_finished_run_that_trm_eval_reproduces(
     assert [r["exact_accuracy"] for r in rows] == [k.exact_accuracy for k in manifest.kinds]
     assert [r["cell_accuracy"] for r in rows] == [k.cell_accuracy for k in manifest.kinds]
     assert [r["examples"] for r in rows] == [16, 10]
+
+
+@pytest.mark.parametrize("name", sorted(_script().RECIPES))
+def test_each_recipe_kind_is_valid_options_of_its_spec(name):
+    recipe = _script().RECIPES[name]
+    spec = load_spec(resolve_spec_path(recipe.run_args[0]))
+    pm = load_plugins("")
+    for kind in recipe.kinds:
+        options = kind_options(pm, spec, kind.overrides, f"kind {kind.name!r}")
+        assert kind.count <= options["test_count"]
 
 
 def _run_script(*args: str | Path) -> subprocess.CompletedProcess:
