@@ -24,6 +24,14 @@ from trm.plan.dataset import find_data_source
 from trm.plan.pipeline import detect_hardware, runtime_here
 from trm.plugin_manager import TrmPluginManager, load_plugins
 from trm.runtime import RuntimeChoice
+from trm.shipped import (
+    CHECKPOINT_SUFFIX,
+    Manifest,
+    looks_like_a_name,
+    shipped_dir,
+    shipped_manifest,
+    shipped_names,
+)
 from trm.spec import RunSpec
 from trm.train.evaluate import confidence, predict_with_halt, run_all_steps
 from trm.train.inference import check_eval_data, checkpoint_shape, checkpoint_spec, restore_model
@@ -94,7 +102,9 @@ class Model:
 
     Made by :func:`trm.load`. ``spec`` is the spec the checkpoint was trained with,
     ``step`` the optimizer step it was saved at, ``checkpoint`` the file or folder it was
-    loaded from, ``source`` the task's data source (parsing, formatting, checking puzzles).
+    loaded from, ``source`` the task's data source (parsing, formatting, checking puzzles),
+    ``manifest`` the shipped model's manifest (``trm.shipped``) when it was loaded by a
+    shipped model's name, else None.
     """
 
     spec: RunSpec
@@ -105,6 +115,7 @@ class Model:
     runtime: RuntimeChoice = attrs.field(repr=False)
     module: torch.nn.Module = attrs.field(repr=False)
     pm: TrmPluginManager = attrs.field(repr=False)
+    manifest: Manifest | None = attrs.field(default=None, repr=False)
 
     @property
     def seq_len(self) -> int:
@@ -115,14 +126,21 @@ class Model:
         """Solve one puzzle given as ``trm solve`` takes it: text in the task's format
         ('.' or 0 for blanks; a maze drawn in characters) or the path of a file holding
         it. TrmError, with ``trm solve``'s message, for a malformed puzzle, one of another
-        size than the model's, or a task solved whole (ARC: :meth:`solve_task`)."""
+        size than the model's (for a shipped model, the message begins with the size it
+        solves: ``quickstart solves 4x4 Sudoku (16 cells): …``), or a task solved whole
+        (ARC: :meth:`solve_task`)."""
         source = self.source
         if callable(getattr(source, "solve_task", None)):
             raise TrmError(
                 f"the {source.name} source solves whole tasks: use Model.solve_task(TASK) "
                 "(a task id or a task JSON file)"
             )
-        question = parse_puzzle(source, puzzle, self.seq_len)
+        try:
+            question = parse_puzzle(source, puzzle, self.seq_len)
+        except TrmError as exc:
+            if self.manifest is None:
+                raise
+            raise TrmError(f"{self.manifest.name} solves {self.manifest.puzzle}: {exc}") from None
         placement = self.runtime.placement()
         batch = placement.to_device(
             {
@@ -260,7 +278,7 @@ def load_model(path: Path, plugins: tuple[str, ...], log: Log) -> Model:
     name, load the checkpoint through ``load_checkpoint``, pick this machine's runtime,
     rebuild the model and find its data source."""
     pm = load_plugins(plugins)
-    path = _checkpoint_path(path)
+    path, manifest = _checkpoint_path(path)
     payload = _load_payload(pm, path)
     runtime = runtime_here(pm, checkpoint_spec(payload), detect_hardware(pm), log)
     spec, module = restore_model(payload, torch.device(runtime.device))
@@ -274,24 +292,28 @@ def load_model(path: Path, plugins: tuple[str, ...], log: Log) -> Model:
         runtime=runtime,
         module=module,
         pm=pm,
+        manifest=manifest,
     )
 
 
-def _checkpoint_path(path: Path) -> Path:
-    """``path`` when it exists; a shipped model's file when ``path`` is one bare word (no
-    folder, no extension) that names one; else TrmError."""
+def _checkpoint_path(path: Path) -> tuple[Path, Manifest | None]:
+    """The checkpoint ``path`` names and, for a shipped model's name, its manifest.
+
+    A path that exists wins (manifest None). One bare word (no folder, no extension:
+    ``trm.shipped.looks_like_a_name``) is a shipped model's name: its ``NAME.pt``, checked
+    against the manifest's SHA-256; an unknown name is a TrmError listing the shipped ones.
+    Any other missing path is a TrmError saying what may be given."""
     if path.exists():
-        return path
+        return path, None
     word = str(path)
-    if os.sep in word or "/" in word or path.suffix:
-        raise TrmError(f"checkpoint {path} does not exist; give a checkpoint file or run dir")
-    try:
-        from trm.shipped import shipped_checkpoint  # the shipped models (package data)
-    except ImportError:
-        raise TrmError(
-            f"checkpoint {path} does not exist; give a checkpoint file or run dir"
-        ) from None
-    return shipped_checkpoint(word)
+    if looks_like_a_name(word):
+        manifest = shipped_manifest(word)  # checks the file against it
+        return shipped_dir() / f"{word}{CHECKPOINT_SUFFIX}", manifest
+    names = ", ".join(shipped_names()) or "none"
+    raise TrmError(
+        f"checkpoint {path} does not exist; give a checkpoint file, a run dir or a "
+        f"shipped model's name ({names})"
+    )
 
 
 def _load_payload(pm: TrmPluginManager, path: Path) -> dict[str, Any]:

@@ -1,5 +1,11 @@
 """``trm eval CHECKPOINT [--submission FILE]`` and ``trm solve CHECKPOINT PUZZLE|TASK``.
 
+CHECKPOINT is a checkpoint file, a run directory, or the name of a shipped model
+(``trm.shipped``; a path that exists wins; ``trm.api.model.load_model`` resolves it).
+``trm eval NAME`` without ``--data`` scores the shipped model again on each puzzle kind its
+manifest lists (the held-out puzzles generated anew from the recorded options and seed) and
+shows the manifest's figure beside each.
+
 Bad input (a file that is not a checkpoint, a missing split, data of another shape than the
 model, a malformed puzzle, a submission for a task that has no submission format) is one
 TrmError line. A puzzle the data source's solver proves unsolvable is not an error: ``trm
@@ -26,13 +32,19 @@ from trm.data.evaluator import TaskEvaluator
 from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
 from trm.errors import TrmError
+from trm.shipped import Manifest
 from trm.train.evaluate import evaluate
+from trm.train.held_out import score_kind
 from trm.train.inference import check_eval_data
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     ev = commands.add_parser("eval", parents=[common], help="score a checkpoint on held-out data")
-    ev.add_argument("checkpoint", type=Path, help="a checkpoint file or a run directory")
+    ev.add_argument(
+        "checkpoint",
+        type=Path,
+        help="a checkpoint file, a run directory or a shipped model's name",
+    )
     ev.add_argument("--data", type=Path, help="dataset directory (default: the one trained on)")
     ev.add_argument("--split", default=None, help="split to score (default: the spec's eval split)")
     ev.add_argument(
@@ -51,7 +63,11 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     ev.set_defaults(func=run_eval)
 
     solve = commands.add_parser("solve", parents=[common], help="solve one puzzle")
-    solve.add_argument("checkpoint", type=Path, help="a checkpoint file or a run directory")
+    solve.add_argument(
+        "checkpoint",
+        type=Path,
+        help="a checkpoint file, a run directory or a shipped model's name",
+    )
     solve.add_argument(
         "puzzle",
         help="the puzzle as text ('.' or 0 for blanks) or a file path; for ARC a task id of "
@@ -72,6 +88,8 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
 
 def run_eval(args: argparse.Namespace) -> int:
     loaded = load_model(args.checkpoint, tuple(args.plugins), info)
+    if loaded.manifest is not None and args.data is None:
+        return _eval_shipped(args, loaded, loaded.manifest)
     payload, runtime, spec, model = loaded.payload, loaded.runtime, loaded.spec, loaded.module
     data_dir = loaded.data_dir(args.data)
     split = args.split if args.split is not None else spec.data.eval_split
@@ -110,6 +128,69 @@ def run_eval(args: argparse.Namespace) -> int:
             )
         )
     return 0
+
+
+def _eval_shipped(args: argparse.Namespace, loaded: Model, manifest: Manifest) -> int:
+    """``trm eval NAME``: each kind of the manifest scored again beside its recorded figure.
+
+    ``--max-examples`` scores fewer than the manifest's count of each kind (a quicker,
+    rougher check); ``--split`` and ``--submission`` need ``--data``."""
+    for option in ("split", "submission"):
+        if getattr(args, option) is not None:
+            raise TrmError(
+                f"--{option} needs --data DIR with a shipped model; without --data, `trm eval "
+                f"{manifest.name}` scores the held-out puzzle kinds its manifest lists"
+            )
+    rows = []
+    for kind in manifest.kinds:
+        count = kind.count if args.max_examples <= 0 else min(args.max_examples, kind.count)
+        info(f"{manifest.name}: generating the held-out puzzles of kind {kind.kind!r} …")
+        score = score_kind(
+            loaded.pm,
+            loaded.payload,
+            loaded.spec,
+            loaded.module,
+            loaded.runtime.placement(),
+            kind.options,
+            kind.seed,
+            count,
+            args.batch_size,
+            _quiet,
+            f"manifest of {manifest.name}, kind {kind.kind!r}",
+        )
+        rows.append(
+            {
+                "kind": kind.kind,
+                "seed": kind.seed,
+                "examples": score.examples,
+                "exact_accuracy": score.exact_accuracy,
+                "cell_accuracy": score.cell_accuracy,
+                "manifest_count": kind.count,
+                "manifest_exact_accuracy": kind.exact_accuracy,
+                "manifest_cell_accuracy": kind.cell_accuracy,
+            }
+        )
+    if args.json:
+        print_json({"model": manifest.name, "step": loaded.step, "kinds": rows})
+        return 0
+    print(f"{manifest.name} (shipped, step {loaded.step}): held-out exact accuracy")
+    width = max([len(r["kind"]) for r in rows] + [4])
+    print(f"  {'kind':<{width}}  examples  exact    manifest  cell")
+    for r in rows:
+        print(
+            f"  {r['kind']:<{width}}  {r['examples']:>8}  {r['exact_accuracy']:>7.2%}  "
+            f"{r['manifest_exact_accuracy']:>7.2%}   {r['cell_accuracy']:.2%}"
+            + (
+                ""
+                if r["examples"] == r["manifest_count"]
+                else f"  ({r['manifest_count']} in the manifest)"
+            )
+        )
+    return 0
+
+
+def _quiet(_message: str) -> None:
+    """Drop the data source's build messages (``trm eval NAME`` says what it generates)."""
 
 
 def _task_evaluator(
