@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import shlex
 from collections.abc import Callable, Iterator
@@ -29,9 +30,11 @@ from trm.cli.output import info, set_rank
 from trm.device import distributed
 from trm.device.distributed import World
 from trm.errors import TrmError
+from trm.measure.stage_speed import time_depths
 from trm.memory import DEFAULT_MODE, EXTREME_RISKS, MODES
 from trm.paths import default_run_dir
 from trm.plan import plan_run
+from trm.plan.budget import BudgetPlan, given_steps, plan_steps, write_budget_record
 from trm.plan.build import BUILD_RECORD
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import Plan, check_device
@@ -205,7 +208,7 @@ def _run(
     lock = None
     try:
         error: str | None = None
-        plan = data_dir = None
+        plan = data_dir = budget = None
         if world.is_first:
             created = _missing_folders(run_dir)
             had_lock_file = (run_dir / LOCK_FILE).exists()
@@ -213,7 +216,7 @@ def _run(
                 preflight(run_dir)
                 lock = lock_run_dir(run_dir)
                 check_reuse(run_dir, spec, args.resume, args.replace)
-                plan, data_dir = _plan(args, pm, spec, run_dir, build=True)
+                plan, data_dir, budget = _plan(args, pm, spec, run_dir, build=True)
             except TrmError as exc:
                 error = str(exc)
                 if lock is not None:
@@ -225,7 +228,7 @@ def _run(
             raise TrmError(error) if world.is_first else RankZeroStopped(error)
         if not world.is_first:
             _check_shared_data(spec, run_dir, world)
-            plan, data_dir = _plan(args, pm, spec, run_dir, build=False)
+            plan, data_dir, budget = _plan(args, pm, spec, run_dir, build=False)
             plan = _adopt_first_spec(plan, world)
             args.max_steps = _adopt_first_max_steps(args.max_steps, world)
         else:
@@ -244,6 +247,8 @@ def _run(
             if args.replace:
                 clear_run(run_dir)
             write_run_record(run_dir, plan)
+            if budget is not None:
+                write_budget_record(run_dir, budget)
 
         trainer = Trainer(
             plan.spec,
@@ -281,8 +286,9 @@ def _run(
 
 def _plan(
     args: argparse.Namespace, pm: TrmPluginManager, spec: RunSpec, run_dir: Path, build: bool
-) -> tuple[Plan, Path]:
-    """Fit the spec to this machine (this rank), show what changed, find or build the data."""
+) -> tuple[Plan, Path, BudgetPlan | None]:
+    """Fit the spec to this machine (this rank), show what changed, plan the steps of a time
+    budget (rank 0; the others adopt its spec), find or build the data."""
     plan = plan_run(pm, spec, args.mode, run_dir, log=info, build_data=build)
     for line in (*plan.runtime.notes, *(c.describe() for c in plan.changes)):
         info(line)
@@ -290,10 +296,15 @@ def _plan(
         info("host memory: freed blocks are kept for reuse (resident memory stays at its peak)")
     if args.mode == "extreme":
         info(f"warning: {EXTREME_RISKS}")
+    budget = None
+    if build:
+        timer = functools.partial(time_depths, requested_plugins=args.plugins, log=info)
+        given = given_steps(args.max_steps, args.set)
+        plan, budget = plan_steps(pm, plan, run_dir, args.resume, given, timer, info)
     data_dir = ensure_dataset(pm, plan.spec, run_dir, info)
     if build:
         check_checkpoint_room(run_dir, plan.spec, plan.dataset)
-    return plan, data_dir
+    return plan, data_dir, budget
 
 
 def _missing_folders(run_dir: Path) -> list[Path]:
