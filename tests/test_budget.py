@@ -254,3 +254,20 @@ def test_the_laptop_recipe_plans_30_minutes():
 
     spec = load_spec(resolve_spec_path("sudoku9-laptop"))
     assert spec.train.time_budget_s == 1800 and spec.train.max_steps > 0  # max_steps: fallback
+
+
+def test_the_real_timer_times_each_depth_with_the_real_loop_and_leaves_nothing(tmp_path, data_dir):
+    from trm.measure.stage_speed import TIMED_STEPS, WARMUP_STEPS, time_depths
+    from trm.plan import plan_run
+
+    spec = load_spec(write_spec(tmp_path / "spec", data_dir))
+    spec = attrs.evolve(spec, plugins={"curriculum": {"schedule": "staged"}})
+    pm = load_plugins(["curriculum"])
+    run_dir = tmp_path / "run"
+    plan = plan_run(pm, spec, None, run_dir)
+    lines: list[str] = []
+    seconds = time_depths(plan, [(1, 1), (2, 2)], ["curriculum"], ["curriculum"], lines.append)
+    assert set(seconds) == {(1, 1), (2, 2)} and all(s > 0 for s in seconds.values())
+    assert f"timing {WARMUP_STEPS} warm-up + {TIMED_STEPS} steps of 8 samples" in lines[0]
+    assert "(these steps are discarded)" in lines[0]
+    assert not run_dir.exists()

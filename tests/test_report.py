@@ -326,18 +326,15 @@ def test_a_real_drop_during_a_curriculum_is_a_slowdown_in_work_per_second():
 
 
 def test_the_work_of_a_depth_is_the_flops_models_network_calls():
-    from trm.measure.flops import model_flops, net_calls_per_sample
+    from trm.measure.flops import model_flops
+    from trm.recursion import net_calls_per_sample
     from trm.spec import ArchSpec
 
     for H_cycles, L_cycles in [(1, 1), (1, 2), (2, 3), (3, 6)]:
         arch = ArchSpec(H_cycles=H_cycles, L_cycles=L_cycles)
         flops = model_flops(arch, 81, 11)
-        network = (
-            flops.per_sample
-            - 2 * (flops.heads + flops.embeddings)
-            - flops.forward
-            + (flops.net_calls * flops.net_call)
-        )
+        # the FLOPs model's network part: the forward calls, and backward (2x) of those with grad
+        network = (flops.net_calls + 2 * flops.grad_net_calls) * flops.net_call
         assert network == net_calls_per_sample(H_cycles, L_cycles) * flops.net_call
 
 

@@ -83,14 +83,6 @@ def net_call_flops(arch: ArchSpec, seq_len: int) -> int:
     return arch.L_layers * per_layer
 
 
-def net_calls_per_sample(H_cycles: int, L_cycles: int) -> int:
-    """A training sample's work at depth ``(H_cycles, L_cycles)`` in forward network calls:
-    the H_cycles × (L_cycles + 1) calls of the forward pass plus 2 × the L_cycles + 1 calls
-    of the last H cycle that back-propagate — :func:`model_flops`' network FLOPs divided by
-    one call's (heads and embeddings left out: they do not depend on the depth)."""
-    return H_cycles * (L_cycles + 1) + 2 * (L_cycles + 1)
-
-
 def model_flops(arch: ArchSpec, seq_len: int, vocab_size: int) -> ModelFlops:
     """The analytic FLOPs of one training sample for ``arch`` on a task of this shape."""
     # Without no_ACT_continue, training bootstraps the Q-continue target from one more pass

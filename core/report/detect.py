@@ -24,7 +24,7 @@ sample at the recursion depth the row records (``H_cycles``, ``L_cycles``), rela
 depth of the first row judged — so a curriculum that deepens the recursion (a step at (2, 3)
 does 2.7 times the work of one at (1, 1)) is not a slowdown, while a run at one depth is
 judged on its samples/s exactly as before. A sample's work is
-:func:`trm.measure.flops.net_calls_per_sample`: the H_cycles × (L_cycles + 1) forward calls
+:func:`trm.recursion.net_calls_per_sample`: the H_cycles × (L_cycles + 1) forward calls
 of the network plus 2 × the L_cycles + 1 calls that back-propagate — the analytic FLOPs of
 :mod:`trm.measure.flops` in units of one network call, without the heads and embeddings (they
 do not change with the depth and are under 1% of the FLOPs of sudoku9-laptop's network).
@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 from attrs import frozen
 
-from trm.measure.flops import net_calls_per_sample
+from trm.recursion import net_calls_per_sample
 
 LEAK_MB_PER_1K_STEPS = 100.0
 LEAK_MIN_GROWTH_MB = 32.0
