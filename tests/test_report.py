@@ -316,10 +316,10 @@ def test_a_drop_at_one_depth_is_still_a_slowdown_in_samples_per_s():
 def test_a_real_drop_during_a_curriculum_is_a_slowdown_in_work_per_second():
     (finding,) = detect(_depth_rows(CURRICULUM, slower_from=800))
     assert 798 <= finding.step <= 803
-    assert finding.message.startswith("work per second fell ")
+    assert finding.message.startswith("work per second (samples/s weighted by each step")
     # half the speed; the work model's (2, 3) is 2.67 × (1, 1), the step times' 2.53
     assert finding.figures["drop_fraction"] == pytest.approx(0.5, abs=0.05)
-    assert "samples/s at the depth (1, 1)" in finding.message
+    assert "samples/s at depth (1, 1); flagged beyond 20%" in finding.message
     assert finding.figures["early_samples_per_s"] == pytest.approx(128 / 0.19, rel=0.03)
     assert (finding.figures["reference_H_cycles"], finding.figures["reference_L_cycles"]) == (1, 1)
     assert "nothing in the run's records explains it" in finding.suggestion

@@ -332,11 +332,8 @@ def detect_slowdown(rows: Iterable[dict[str, Any]]) -> Finding | None:
         "drop_fraction": round(1 - slow / early, 4),
     }
     if deepened and reference is not None:
-        what = "work per second"
-        unit = (
-            f" samples/s at the depth {reference} (samples/s × the work of each step's "
-            "recursion depth)"
-        )
+        what = "work per second (samples/s weighted by each step's recursion depth)"
+        unit = f" samples/s at depth {reference}"
         figures |= {"reference_H_cycles": reference[0], "reference_L_cycles": reference[1]}
     else:
         what, unit = "samples/s", ""
