@@ -25,6 +25,7 @@ the loop in the layers.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from trm.spec import RunSpec
 
 BUDGET_RECORD = "budget.json"
 MIN_PLANNED_STEPS = 10
+MAX_STEPS = 2**40  # train.max_steps' range
 FIRST_GUESS_STEPS = 10_000  # the total the schedule is first asked for, to know its depths
 
 Depth = tuple[int, int]
@@ -143,7 +145,7 @@ def steps_for_budget(
         return sum(s.fraction * total * step_s[s.depth] for s in schedule_at(total))
 
     low, high = 0, 1
-    while seconds(high) <= budget_s:  # the first power of two past the budget
+    while seconds(high) <= budget_s and high < MAX_STEPS:  # a power of two past the budget
         low, high = high, high * 2
     while high - low > 1:
         middle = (low + high) // 2
@@ -217,11 +219,11 @@ def plan_steps(
 
     schedulers = [impl.plugin_name for impl in pm.hook.recursion_schedule.get_hookimpls()]
     first = schedule_at(FIRST_GUESS_STEPS)
-    step_s = dict(timer(plan, _depths(first), schedulers))
+    step_s = _checked(timer(plan, _depths(first), schedulers))
     steps, schedule = steps_for_budget(budget_s, schedule_at, step_s)
     missing = [d for d in _depths(schedule) if d not in step_s]
     if missing:  # a schedule whose depths depend on the length: time those too
-        step_s |= timer(plan, missing, schedulers)
+        step_s |= _checked(timer(plan, missing, schedulers))
         steps, schedule = steps_for_budget(budget_s, schedule_at, step_s)
     stages = tuple(StageTime(s.fraction, *s.depth, step_s[s.depth]) for s in schedule)
     if steps < MIN_PLANNED_STEPS:
@@ -234,6 +236,17 @@ def plan_steps(
     budget = BudgetPlan(budget_s, steps, stages)
     log(budget.line())
     return _with_steps(plan, steps), budget
+
+
+def _checked(step_s: dict[Depth, float]) -> dict[Depth, float]:
+    """The timer's answer, refused unless every time is a positive number of seconds."""
+    for depth, seconds in step_s.items():
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise TrmError(
+                f"train.time_budget_s: a step at depth {depth} measured {seconds!r} s; "
+                "cannot plan from it: give --max-steps N"
+            )
+    return dict(step_s)
 
 
 def _depths(schedule: list[RecursionShare]) -> list[Depth]:
