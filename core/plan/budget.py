@@ -3,9 +3,10 @@
 When a spec sets ``train.time_budget_s``, ``trm run`` asks the plugins which recursion
 depths the run will train at (``recursion_schedule``: the curriculum answers with its
 stages; with no answer every step runs at the spec's depth), times a step at each depth with
-the caller's timer, and chooses the steps N so that the shares' times fill the budget:
-``Σ fraction_i × N × step_s_i ≈ time_budget_s``. The spec's ``train.max_steps`` becomes N, so
-the learning-rate schedule, the curriculum's stages and the evaluations follow the plan.
+the caller's timer, and chooses the most steps N whose schedule fits the budget:
+``Σ fraction_i × N × step_s_i <= time_budget_s``, the fractions those of an N-step run. The
+spec's ``train.max_steps`` becomes N, so the learning-rate schedule, the curriculum's stages
+and the evaluations follow the plan.
 
 The budget covers the training steps; evaluations and checkpoints come on top (about 3% for
 sudoku9-laptop: 10 evaluations of 500 puzzles in a 30-minute run).
