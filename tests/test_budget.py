@@ -271,3 +271,17 @@ def test_the_real_timer_times_each_depth_with_the_real_loop_and_leaves_nothing(t
     assert f"timing {WARMUP_STEPS} warm-up + {TIMED_STEPS} steps of 8 samples" in lines[0]
     assert "(these steps are discarded)" in lines[0]
     assert not run_dir.exists()
+
+
+def test_a_run_started_without_a_plan_keeps_its_schedule_on_resume(
+    cli, monkeypatch, spec_path, tmp_path
+):
+    timer = inject(monkeypatch, SPEED)
+    out = tmp_path / "run"
+    assert cli("run", spec_path, "--out", out, "--max-steps", "3").code == 0
+    assert not (out / BUDGET_RECORD).exists()
+    result = cli("run", spec_path, "--out", out)
+    assert result.code == 0, result.err
+    assert "started without a time-budget plan; its schedule is kept" in result.err
+    assert timer.calls == []
+    assert summary(out)["steps"] == load_spec(spec_path).train.max_steps == 12
