@@ -70,6 +70,17 @@ def compare(run_dir: Path) -> dict:
     }
 
 
+def machine_name() -> str:
+    """The CPU's model name (Linux), else what the platform module knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", default="sudoku9-laptop")
@@ -79,7 +90,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="trm-budget-check-") as tmp:
         result = compare(run_with_budget(args.spec, args.budget_s, args.set, Path(tmp)))
-    result |= {"spec": args.spec, "sets": args.set, "machine": platform.processor() or "?"}
+    result |= {"spec": args.spec, "sets": args.set, "machine": machine_name()}
     if args.json:
         print(json.dumps(result, indent=2))
         return
