@@ -8,6 +8,7 @@ torchrun every process calls this as one rank of a data-parallel run (docs/distr
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -22,9 +23,11 @@ from trm.api.specs import SpecLike, read_spec
 from trm.device import distributed
 from trm.device.distributed import World
 from trm.errors import RankZeroStopped, TrmError
+from trm.measure.stage_speed import time_depths
 from trm.memory import DEFAULT_MODE, EXTREME_RISKS
 from trm.paths import default_run_dir
 from trm.plan import plan_run
+from trm.plan.budget import BudgetPlan, given_steps, plan_steps, write_budget_record
 from trm.plan.build import BUILD_RECORD
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import Plan, check_device
@@ -261,7 +264,7 @@ def _run(
     lock = None
     try:
         error: str | None = None
-        plan = data_dir = None
+        plan = data_dir = budget = None
         if world.is_first:
             created = _missing_folders(run_dir)
             had_lock_file = (run_dir / LOCK_FILE).exists()
@@ -269,7 +272,7 @@ def _run(
                 preflight(run_dir)
                 lock = lock_run_dir(run_dir)
                 check_reuse(run_dir, spec, options.resume, options.replace)
-                plan, data_dir = _plan(options, pm, spec, run_dir, build=True, log=log)
+                plan, data_dir, budget = _plan(options, pm, spec, run_dir, build=True, log=log)
             except TrmError as exc:
                 error = str(exc)
                 if lock is not None:
@@ -281,7 +284,7 @@ def _run(
             raise TrmError(error) if world.is_first else RankZeroStopped(error)
         if not world.is_first:
             _check_shared_data(spec, run_dir, world)
-            plan, data_dir = _plan(options, pm, spec, run_dir, build=False, log=log)
+            plan, data_dir, budget = _plan(options, pm, spec, run_dir, build=False, log=log)
             plan = _adopt_first_spec(plan, world, log)
             max_steps = _adopt_first_max_steps(max_steps, world, log)
         else:
@@ -300,6 +303,8 @@ def _run(
             if options.replace:
                 clear_run(run_dir)
             write_run_record(run_dir, plan)
+            if budget is not None:
+                write_budget_record(run_dir, budget)
 
         trainer = Trainer(
             plan.spec,
@@ -340,8 +345,9 @@ def _plan(
     run_dir: Path,
     build: bool,
     log: Log,
-) -> tuple[Plan, Path]:
-    """Fit the spec to this machine (this rank), show what changed, find or build the data."""
+) -> tuple[Plan, Path, BudgetPlan | None]:
+    """Fit the spec to this machine (this rank), show what changed, plan the steps of a time
+    budget (rank 0; the others adopt its spec), find or build the data."""
     plan = plan_run(pm, spec, options.mode, run_dir, log=log, build_data=build)
     for line in (*plan.runtime.notes, *(c.describe() for c in plan.changes)):
         log(line)
@@ -349,10 +355,15 @@ def _plan(
         log("host memory: freed blocks are kept for reuse (resident memory stays at its peak)")
     if options.mode == "extreme":
         log(f"warning: {EXTREME_RISKS}")
+    budget = None
+    if build:
+        timer = functools.partial(time_depths, requested_plugins=options.plugins, log=log)
+        given = given_steps(options.max_steps, options.overrides)
+        plan, budget = plan_steps(pm, plan, run_dir, options.resume, given, timer, log)
     data_dir = ensure_dataset(pm, plan.spec, run_dir, log)
     if build:
         check_checkpoint_room(run_dir, plan.spec, plan.dataset)
-    return plan, data_dir
+    return plan, data_dir, budget
 
 
 def _missing_folders(run_dir: Path) -> list[Path]:
