@@ -24,12 +24,15 @@ which is the deepest any stage reaches. CGAR's other half, weighting supervision
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 from attrs import frozen
 
+from trm import hookimpl
 from trm.contrib.options import RunPosition, StepSchedule, end_step, read_table, refuse
 from trm.control import TrainControl
+from trm.recursion import RecursionShare
 from trm.spec import RunSpec
 
 NAME = "curriculum"
@@ -105,6 +108,33 @@ class CurriculumOptions:
             start[1] + (final[1] - start[1]) * step // end,
         )
         return depth, f"curriculum, linear to {final} by step {end}"
+
+    def steps_per_depth(self, total_steps: int, final: Depth) -> list[tuple[int, Depth]]:
+        """``(steps, depth)`` in step order for a ``total_steps`` run: how many steps
+        :meth:`depth_at` gives each depth (adjacent equal depths merged; steps sum to
+        ``total_steps``). Found from the steps where the depth can change, not step by step,
+        so it costs the same for any length."""
+        starts = {0}
+        if self.schedule == "staged":
+            stages = self.stages_for(final)
+            starts |= {round(stage.until_fraction * total_steps) for stage in stages}
+        else:
+            end = end_step(self.end_fraction, self.end_step, total_steps)
+            first = self.start_for(final)
+            starts.add(end)
+            for start, top in zip(first, final, strict=True):
+                rise = top - min(start, top)
+                # the depth start + rise * step // end passes start + k at step ceil(k*end/rise)
+                starts |= {-(-k * end // rise) for k in range(1, rise)}
+        shares: list[tuple[int, Depth]] = []
+        bounds = [*sorted(step for step in starts if 0 <= step < total_steps), total_steps]
+        for begin, stop in pairwise(bounds):
+            depth = self.depth_at(begin, total_steps, final)[0]
+            if shares and shares[-1][1] == depth:
+                shares[-1] = (shares[-1][0] + stop - begin, depth)
+            else:
+                shares.append((stop - begin, depth))
+        return shares
 
 
 def problems_with(options: CurriculumOptions, given: dict[str, Any], spec: RunSpec) -> list[str]:
@@ -194,3 +224,14 @@ class Curriculum(StepSchedule[CurriculumOptions]):
         final = (state.spec.arch.H_cycles, state.spec.arch.L_cycles)
         (H_cycles, L_cycles), reason = self.options.depth_at(state.step, state.total_steps, final)
         control.set_recursion_depth(H_cycles, L_cycles, reason)
+
+    @hookimpl
+    def recursion_schedule(self, spec: RunSpec, total_steps: int) -> list[RecursionShare]:
+        """The depths :meth:`ask` will request in a ``total_steps`` run, as step shares."""
+        final = (spec.arch.H_cycles, spec.arch.L_cycles)
+        return [
+            RecursionShare(steps / total_steps, H_cycles, L_cycles)
+            for steps, (H_cycles, L_cycles) in read_options(spec).steps_per_depth(
+                total_steps, final
+            )
+        ]

@@ -21,6 +21,11 @@ class TrmError(Exception):
         return self.message
 
 
+class RankZeroStopped(TrmError):
+    """Under torchrun, on a rank other than 0: rank 0 refused the run's input and printed
+    the one error line; this rank exits 2 without printing it again."""
+
+
 class TrainingFailed(Exception):
     """A running job cannot go on (non-finite loss, repeated checkpoint failures, out of
     memory with nothing left to shrink). The message says which checkpoint is intact and what

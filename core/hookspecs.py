@@ -6,7 +6,8 @@ pluggy allows, an implementation may take only the arguments it uses.
 
 The life of ``trm run``: device_backends, check_spec, register_data_sources (when the spec's
 data must be built or its shape read), detect_hardware, configure_runtime, estimate_memory,
-adapt_config (then configure_runtime again when the runtime changed), load_checkpoint,
+adapt_config (then configure_runtime again when the runtime changed), recursion_schedule
+(with a time budget), load_checkpoint,
 open_dataset, on_train_start; per step
 on_step (and on_out_of_memory, on_thermal_event, on_eval, save_checkpoint as they arise);
 on_train_end however the loop ends.
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from trm.device.contract import DeviceBackend
     from trm.hardware import HardwareProfile
     from trm.memory import MemoryEstimate, MemoryItem
+    from trm.recursion import RecursionShare
     from trm.runtime import RuntimeChoice
     from trm.spec import Change, RunSpec
     from trm.state import TrainState
@@ -133,6 +135,22 @@ def adapt_config(
     ones before it. Return None to leave it unchanged, or ``(new_spec, changes)`` with one
     :class:`trm.spec.Change` (key, old, new, reason) per changed value. The core shows every
     change before training and writes them to ``adaptations.json``.
+    """
+
+
+@hookspec(firstresult=True)
+def recursion_schedule(spec: RunSpec, total_steps: int) -> list[RecursionShare] | None:
+    """The recursion depths this plugin will ask for in a run of ``total_steps`` steps.
+
+    Called by ``trm run`` before training when the spec sets ``train.time_budget_s``
+    (``trm.plan.budget``): the planner times a step at each depth and chooses the steps so
+    that the shares' times fill the budget; it may call again with other totals. A plugin
+    that asks for depths through ``control.set_recursion_depth`` answers with what it will
+    ask: :class:`trm.recursion.RecursionShare` values in step order (fraction of
+    ``total_steps``, ``H_cycles``, ``L_cycles``), fractions summing to 1, depths capped at the
+    spec's ``arch.H_cycles`` / ``arch.L_cycles`` as the loop caps them. None (no plugin
+    answers): every step runs at the spec's depth. The first answer wins. A plugin that
+    answers is switched off while the steps are timed, since the timing fixes each depth.
     """
 
 

@@ -79,6 +79,10 @@ class TrainSpec:
 
     global_batch_size: int = 768
     max_steps: int = 0
+    # a wall-time budget for the training steps (0: off): trm run times a few steps at each
+    # recursion depth the run trains at and plans max_steps to fill it (trm.plan.budget);
+    # max_steps is then the fallback, used when --max-steps or --set train.max_steps is given
+    time_budget_s: float = 0.0
     epochs: float = 1.0
     lr: float = 1e-4
     lr_min_ratio: float = 1.0
@@ -439,6 +443,7 @@ def _ranges(spec: RunSpec) -> list[tuple[str, float, float, float, bool]]:
         ("arch.rope_theta", a.rope_theta, 0, 1e12, False),
         ("train.global_batch_size", t.global_batch_size, 1, 2**24, True),
         ("train.max_steps", t.max_steps, 0, big, True),
+        ("train.time_budget_s", t.time_budget_s, 0, 1e7, True),
         ("train.epochs", t.epochs, 0, 1e9, True),
         ("train.lr", t.lr, 0, 10, False),
         ("train.lr_min_ratio", t.lr_min_ratio, 0, 1, True),

@@ -1,8 +1,12 @@
-"""Live progress: one refreshing line on a terminal, plain periodic lines otherwise.
+"""Live progress: one refreshing line on a terminal or in a notebook, plain periodic lines
+otherwise.
 
 The line shows step/total, samples/s, loss, the latest eval exact accuracy and the ETA; on a
 terminal it starts with a progress bar drawn by rich (in colour where the terminal has it),
-and the whole line is cut to the terminal's width so it never wraps. Log lines clear it
+and the whole line is cut to the terminal's width so it never wraps. In a Jupyter kernel
+(``trm.train`` in a notebook) the same bar and line, drawn by rich as HTML, refresh in one
+output of the cell (an IPython display handle). ``--plugins no:progress`` (``trm.train(...,
+plugins=["no:progress"])``) switches all of it off. Log lines clear it
 first (``trm.cli.output.info``), so the two never run together.
 The end of the run prints a short summary. (metrics.jsonl and summary.json are written by
 the core loop, so switching this plugin off never loses a record.)
@@ -48,6 +52,46 @@ def _data_wait(state: TrainState, metrics: dict[str, Any]) -> str:
     return f"  data wait {share:.0%}" if share > DATA_WAIT_SHOWN else ""
 
 
+def notebook_kernel() -> bool:
+    """True inside a Jupyter kernel (IPython's ZMQ shell), whose cell outputs can be
+    refreshed in place. Never imports IPython itself: a process that has not imported it is
+    not a kernel."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return type(shell).__name__ == "ZMQInteractiveShell"
+
+
+class NotebookLine:
+    """One line of progress as a notebook shows it: HTML (rich's bar and the text, exported
+    with inline styles) with the plain text for other front ends."""
+
+    def __init__(self, text: str, fraction: float | None) -> None:
+        self.text = text
+        self.fraction = fraction
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_html_(self) -> str:
+        console = Console(
+            file=io.StringIO(),
+            record=True,
+            width=200,
+            color_system="truecolor",
+            force_terminal=True,
+            force_jupyter=False,
+            highlight=False,
+        )
+        if self.fraction is not None:
+            bar = ProgressBar(total=1.0, completed=min(max(self.fraction, 0.0), 1.0), width=40)
+            console.print(bar, " ", self.text, end="", sep="")
+        else:
+            console.print(self.text, end="")
+        return console.export_html(
+            inline_styles=True, code_format='<pre style="margin:0">{code}</pre>'
+        )
+
+
 def render_bar(fraction: float, width: int, color_system: str | None) -> str:
     """A progress bar of ``width`` characters for ``fraction`` done: rich's, with its ANSI
     colours, or ``[###---]`` on a terminal without colour."""
@@ -76,6 +120,8 @@ class Progress:
         self.tty = False
         self.color_system: str | None = None
         self.eval_text = "-"
+        self.notebook_handle: Any = None  # the refreshed output of a notebook cell
+        self.last_metrics: dict[str, Any] | None = None  # the newest step's, for the last bar
 
     def line(self, state: TrainState, metrics: dict[str, Any]) -> str:
         elapsed_s = time.perf_counter() - self.start_s
@@ -91,6 +137,9 @@ class Progress:
     def show(self, text: str, fraction: float | None = None) -> None:
         """Write ``text``: on a terminal, one line that never wraps (cut to the terminal's
         width), led by a bar for ``fraction`` when there is room; else a plain line."""
+        if self.notebook_handle is not None:
+            self.notebook_handle.update(NotebookLine(text, fraction))
+            return
         if self.tty:
             width = shutil.get_terminal_size((80, 24)).columns
             text = text[: max(1, width - 1)]
@@ -109,12 +158,18 @@ class Progress:
         self.tty = sys.stdout.isatty()
         if self.tty:
             self.color_system = Console(file=sys.stdout).color_system
+        if notebook_kernel():
+            from IPython.display import display  # present: this is a kernel
+
+            line = NotebookLine(f"step {state.step}/{state.total_steps}  starting", 0.0)
+            self.notebook_handle = display(line, display_id=True)
 
     @hookimpl
     def on_step(self, state: TrainState, metrics: dict[str, Any], control: TrainControl) -> None:
         now = time.perf_counter()
+        self.last_metrics = metrics
         every = max(1, state.total_steps // PLAIN_LINES_PER_RUN)
-        if self.tty:
+        if self.tty or self.notebook_handle is not None:
             due = now - self.last_print_s >= 0.2
         else:
             due = (
@@ -142,6 +197,8 @@ class Progress:
 
     @hookimpl
     def on_train_end(self, state: TrainState, summary: dict[str, Any]) -> None:
+        if self.notebook_handle is not None and self.last_metrics is not None:
+            self.show(self.line(state, self.last_metrics), state.step / max(state.total_steps, 1))
         if self.tty:
             sys.stdout.write("\n")
         best = summary.get("best_exact_accuracy")

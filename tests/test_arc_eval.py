@@ -501,7 +501,7 @@ class ScoredArcSource(ArcSource):
 
 def _scored_arc_plugins(monkeypatch) -> None:
     """`trm run`, `eval` and `solve` see the arc source with its scoring methods."""
-    from trm.cli import eval_cmd, run_cmd
+    from trm.api import model, training  # where `trm run`, `eval`, `solve` load plugins
 
     plugin = types.SimpleNamespace()
 
@@ -510,7 +510,7 @@ def _scored_arc_plugins(monkeypatch) -> None:
         return [ScoredArcSource()]
 
     plugin.register_data_sources = register_data_sources
-    for module in (run_cmd, eval_cmd):
+    for module in (training, model):
         real = module.load_plugins
         monkeypatch.setattr(
             module,

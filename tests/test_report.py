@@ -279,6 +279,67 @@ def test_a_slowdown_names_a_cause_the_run_recorded():
     assert "micro-batch fell from 64 to 16" in finding.suggestion
 
 
+# a staged curriculum's 1,000 steps at sudoku9-laptop's measured step times (128 samples a
+# step at 0.19 / 0.27 / 0.48 s): samples/s falls 60% from (1, 1) to (2, 3), the work does not
+CURRICULUM = (
+    [((1, 1), 128 / 0.19)] * 300 + [((1, 2), 128 / 0.27)] * 300 + [((2, 3), 128 / 0.48)] * 400
+)
+
+
+def _depth_rows(stages, slower_from: int | None = None) -> list[dict]:
+    rng = np.random.default_rng(2)
+    rows = []
+    for step, ((H_cycles, L_cycles), rate) in enumerate(stages, start=1):
+        rate *= 1 + rng.normal(0, 0.03)
+        if slower_from is not None and step >= slower_from:
+            rate *= 0.5
+        rows.append(
+            {"step": step, "samples": 128 * step, "samples_per_s": rate, "mem_host_mb": 500.0}
+            | {"H_cycles": H_cycles, "L_cycles": L_cycles, "halt_exploration_prob": 0.1}
+        )
+    return rows
+
+
+def test_a_curriculum_deepening_the_recursion_is_not_a_slowdown():
+    rows = _depth_rows(CURRICULUM)
+    deep = [r["samples_per_s"] for r in rows[700:]]
+    assert np.median(deep) < 0.45 * np.median([r["samples_per_s"] for r in rows[50:300]])
+    rows.append({"kind": "event", "step": 300, "event": "recursion", "H_cycles": 1, "L_cycles": 2})
+    assert detect(rows) == []
+
+
+def test_a_drop_at_one_depth_is_still_a_slowdown_in_samples_per_s():
+    (finding,) = detect(_depth_rows([((2, 3), 267.0)] * 1000, slower_from=600))
+    assert 598 <= finding.step <= 603
+    assert finding.message.startswith("samples/s fell 50% below its early median from step")
+    assert finding.figures["early_samples_per_s"] == pytest.approx(267, rel=0.03)
+
+
+def test_a_real_drop_during_a_curriculum_is_a_slowdown_in_work_per_second():
+    (finding,) = detect(_depth_rows(CURRICULUM, slower_from=800))
+    assert 798 <= finding.step <= 803
+    assert finding.message.startswith("work per second (samples/s weighted by each step")
+    # half the speed; the work model's (2, 3) is 2.67 × (1, 1), the step times' 2.53
+    assert finding.figures["drop_fraction"] == pytest.approx(0.5, abs=0.05)
+    assert "samples/s at depth (1, 1); flagged beyond 20%" in finding.message
+    assert finding.figures["early_samples_per_s"] == pytest.approx(128 / 0.19, rel=0.03)
+    assert (finding.figures["reference_H_cycles"], finding.figures["reference_L_cycles"]) == (1, 1)
+    assert "nothing in the run's records explains it" in finding.suggestion
+
+
+def test_the_work_of_a_depth_is_the_flops_models_network_calls():
+    from trm.measure.flops import model_flops
+    from trm.recursion import net_calls_per_sample
+    from trm.spec import ArchSpec
+
+    for H_cycles, L_cycles in [(1, 1), (1, 2), (2, 3), (3, 6)]:
+        arch = ArchSpec(H_cycles=H_cycles, L_cycles=L_cycles)
+        flops = model_flops(arch, 81, 11)
+        # the FLOPs model's network part: the forward calls, and backward (2x) of those with grad
+        network = (flops.net_calls + 2 * flops.grad_net_calls) * flops.net_call
+        assert network == net_calls_per_sample(H_cycles, L_cycles) * flops.net_call
+
+
 def test_too_few_rows_are_not_judged():
     assert detect(_rows([500.0 + 10 * s for s in range(10)], [100.0] * 10)) == []
 

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import trm.cli.run_cmd as run_cmd
+import trm.api.training as run_cmd  # where `trm run` loads its plugins
 from tests.tiny_run import (
     GLOBAL_BATCH,
     TOTAL_STEPS,

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-import trm.cli.run_cmd as run_cmd
+import trm.api.training as run_cmd  # where `trm run` loads its plugins
 from tests.tiny_run import build_tiny_data, metrics, summary, write_spec
 from trm import hookimpl
 from trm.hardware import HardwareProfile

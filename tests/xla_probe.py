@@ -18,7 +18,7 @@ import torch_xla.debug.metrics as met
 from attrs import define, field
 
 from trm import hookimpl
-from trm.cli import run_cmd
+from trm.api import training as run_cmd  # where `trm run` loads its plugins
 from trm.cli.main import main
 
 

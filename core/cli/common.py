@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from trm.errors import TrmError
+from trm.errors import RankZeroStopped, TrmError
+
+__all__ = ["RankZeroStopped"]  # re-exported: raised by trm.api under torchrun too
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a failure while running (TrainingFailed, a bug)
 EXIT_USAGE = 2  # bad input: one line ``trm: error: …``
 EXIT_STOPPED = 130  # stopped by the user (after a checkpoint, when one could be written)
-
-
-class RankZeroStopped(TrmError):
-    """Under torchrun, on a rank other than 0: rank 0 refused the run's input and printed
-    the one error line; this rank exits 2 without printing it again."""
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -8,49 +8,14 @@ command as one rank of a data-parallel run; see docs/distributed.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import shlex
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
-from typing import TypeVar
 
-import attrs
-
-from trm.cli.common import (
-    EXIT_OK,
-    EXIT_STOPPED,
-    RankZeroStopped,
-    add_set_option,
-    positive_int,
-)
-from trm.cli.output import info, set_rank
-from trm.device import distributed
-from trm.device.distributed import World
-from trm.errors import TrmError
-from trm.memory import DEFAULT_MODE, EXTREME_RISKS, MODES
-from trm.paths import default_run_dir
-from trm.plan import plan_run
-from trm.plan.build import BUILD_RECORD
-from trm.plan.dataset import ensure_dataset
-from trm.plan.pipeline import Plan, check_device
-from trm.plan.run_dir import (
-    LOCK_FILE,
-    check_checkpoint_room,
-    check_reuse,
-    clear_run,
-    inspect_run_dir,
-    lock_run_dir,
-    preflight,
-    write_run_record,
-)
-from trm.plugin_manager import TrmPluginManager, load_plugins
-from trm.spec import RunSpec, apply_overrides, load_spec, resolve_spec_path
-from trm.train import Trainer
-from trm.train.checkpoints import parse_interval
-
-T = TypeVar("T")
+from trm.api.training import STOPPED_BY_SIGNAL, RunOptions, run_training
+from trm.cli.common import EXIT_OK, EXIT_STOPPED, add_set_option, positive_int
+from trm.cli.output import info
+from trm.device.distributed import World, env_world
+from trm.memory import DEFAULT_MODE, MODES
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -121,261 +86,22 @@ def resume_command(args: argparse.Namespace, run_dir: Path, world: World | None 
 
 
 def run(args: argparse.Namespace) -> int:
-    # one process unless torchrun started several; the backends name their process groups
-    world = distributed.start(_device_backends(args))
-    set_rank(world.rank)
-    try:
-        spec, interval, pm = _first_rank_decides(lambda: _read_input(args, world), world)
-        with _quiet_stdout(not world.is_first):  # rank 0 alone shows progress
-            return _run(args, spec, interval, world, pm)
-    finally:
-        distributed.finish()
-
-
-def _device_backends(args: argparse.Namespace) -> list:
-    """The device backends of the ``--plugins`` asked for, to start the process group with;
-    none when the plugins cannot load (the error is reported once the ranks can agree on it,
-    by :func:`_read_input`)."""
-    try:
-        return load_plugins(args.plugins).device_backends()
-    except TrmError:
-        return []
-
-
-def _read_input(
-    args: argparse.Namespace, world: World
-) -> tuple[RunSpec, tuple[int, float] | None, TrmPluginManager]:
-    """The spec (loaded, ``--set`` applied, checked), the checkpoint interval and the run's
-    plugin manager (the spec's plugin tables switch theirs on); TrmError for bad input."""
-    if args.resume not in ("auto", "never") and not Path(args.resume).exists():
-        raise TrmError(f"--resume {args.resume}: no such checkpoint file or run directory")
-    if args.init_from is not None and not args.init_from.exists():
-        raise TrmError(f"--init-from {args.init_from}: no such checkpoint file or folder")
-    if args.replace and args.resume != "never":
-        raise TrmError("--replace starts afresh: use it with --resume never")
-    interval = parse_interval(args.checkpoint_every) if args.checkpoint_every else None
-    spec = apply_overrides(load_spec(resolve_spec_path(args.spec)), args.set)
-    pm = load_plugins(args.plugins, spec_tables=spec.plugins)
-    check_device(pm, spec.runtime.device)  # an unclaimed device: refused before any write
-    world.rows(spec.train.global_batch_size)  # TrmError unless it divides among the ranks
-    return spec, interval, pm
-
-
-def _first_rank_decides(check: Callable[[], T], world: World) -> T:
-    """``check()`` on every rank; when it refuses rank 0's input, every rank stops: rank 0
-    prints the error, the others exit quietly (:class:`RankZeroStopped`). A rank whose own
-    check fails where rank 0's passed prints its error, tagged with its rank."""
-    try:
-        value, refused = check(), None
-    except TrmError as exc:
-        value, refused = None, exc
-    first = distributed.broadcast_from_first(
-        None if refused is None else str(refused), patient=True
+    """Parse into :class:`~trm.api.training.RunOptions`, train through the API, and on a
+    stop by a signal print the command that resumes (exit 130)."""
+    options = RunOptions(
+        spec=args.spec,
+        plugins=tuple(args.plugins),
+        mode=args.mode,
+        overrides=tuple(args.set),
+        out=args.out,
+        resume=args.resume,
+        replace=args.replace,
+        max_steps=args.max_steps,
+        checkpoint_every=args.checkpoint_every,
+        init_from=args.init_from,
     )
-    if first is not None and not world.is_first:
-        raise RankZeroStopped(first)
-    if refused is not None:
-        raise refused
-    return value  # type: ignore[return-value]
-
-
-def _run(
-    args: argparse.Namespace,
-    spec: RunSpec,
-    interval: tuple[int, float] | None,
-    world: World,
-    pm: TrmPluginManager,
-) -> int:
-    """``trm run`` on one process, or on one rank of a torchrun job (see docs/distributed.md):
-    rank 0 checks and locks the run directory, plans and builds the data while the others
-    wait; then every rank plans for itself with rank 0's model and training settings."""
-    info(f"plugins on: {pm.describe_enabled()}")
-    if not pm.hook.save_checkpoint.get_hookimpls():
-        info(
-            "warning: no plugin saves checkpoints (is checkpoint switched off?): a crash or "
-            "a stop loses everything this run trains"
-        )
-    if world.distributed and "distributed" not in pm.enabled_names():
-        info(
-            "warning: the distributed plugin is off: each rank plans as if it had the whole "
-            "node (all its cores and memory)"
-        )
-    run_dir = default_run_dir(spec.name, args.out)
-    _continue_after_restart(args, run_dir)
-    lock = None
-    try:
-        error: str | None = None
-        plan = data_dir = None
-        if world.is_first:
-            created = _missing_folders(run_dir)
-            had_lock_file = (run_dir / LOCK_FILE).exists()
-            try:
-                preflight(run_dir)
-                lock = lock_run_dir(run_dir)
-                check_reuse(run_dir, spec, args.resume, args.replace)
-                plan, data_dir = _plan(args, pm, spec, run_dir, build=True)
-            except TrmError as exc:
-                error = str(exc)
-                if lock is not None:
-                    lock.close()
-                    lock = None
-                _undo_preflight(run_dir, created, had_lock_file)
-        error = distributed.broadcast_from_first(error, patient=True)
-        if error is not None:
-            raise TrmError(error) if world.is_first else RankZeroStopped(error)
-        if not world.is_first:
-            _check_shared_data(spec, run_dir, world)
-            plan, data_dir = _plan(args, pm, spec, run_dir, build=False)
-            plan = _adopt_first_spec(plan, world)
-            args.max_steps = _adopt_first_max_steps(args.max_steps, world)
-        else:
-            distributed.broadcast_from_first((plan.spec.arch, plan.spec.train, plan.spec.data))
-            distributed.broadcast_from_first(args.max_steps)
-        assert plan is not None and data_dir is not None
-        runtime = plan.runtime
-        info(
-            f"training {plan.spec.name} on {runtime.device} ({runtime.precision}, "
-            f"{runtime.threads} thread{'s' if runtime.threads != 1 else ''}) into {run_dir}"
-        )
-
-        def accepted(_state: object) -> None:
-            if not world.is_first:
-                return
-            if args.replace:
-                clear_run(run_dir)
-            write_run_record(run_dir, plan)
-
-        trainer = Trainer(
-            plan.spec,
-            runtime,
-            pm,
-            run_dir,
-            data_dir,
-            info,
-            resume=args.resume,
-            max_steps=args.max_steps,
-            checkpoint_interval=interval,
-            on_accepted=accepted,
-            reader=plan.reader,
-            init_from=args.init_from,
-        )
-        summary = trainer.fit()
-    finally:
-        if lock is not None:
-            lock.close()
-    if summary["stopped"] not in ("interrupted", "terminated"):
+    result = run_training(options, info)
+    if result.stopped not in STOPPED_BY_SIGNAL:
         return EXIT_OK
-    saved = summary.get("checkpoint_step")
-    if saved == summary["steps"]:
-        info(f"stopped after a checkpoint at step {saved}")
-    elif saved is not None:
-        info(
-            f"stopped at step {summary['steps']}, but its checkpoint failed; "
-            f"the checkpoint of step {saved} is intact"
-        )
-    else:
-        info(f"stopped at step {summary['steps']} without a checkpoint")
-    info(f"resume with: {resume_command(args, run_dir, world)}")
+    info(f"resume with: {resume_command(args, result.dir, env_world())}")
     return EXIT_STOPPED
-
-
-def _plan(
-    args: argparse.Namespace, pm: TrmPluginManager, spec: RunSpec, run_dir: Path, build: bool
-) -> tuple[Plan, Path]:
-    """Fit the spec to this machine (this rank), show what changed, find or build the data."""
-    plan = plan_run(pm, spec, args.mode, run_dir, log=info, build_data=build)
-    for line in (*plan.runtime.notes, *(c.describe() for c in plan.changes)):
-        info(line)
-    if plan.runtime.reuse_host_memory:
-        info("host memory: freed blocks are kept for reuse (resident memory stays at its peak)")
-    if args.mode == "extreme":
-        info(f"warning: {EXTREME_RISKS}")
-    data_dir = ensure_dataset(pm, plan.spec, run_dir, info)
-    if build:
-        check_checkpoint_room(run_dir, plan.spec, plan.dataset)
-    return plan, data_dir
-
-
-def _missing_folders(run_dir: Path) -> list[Path]:
-    """The folders of ``run_dir``'s path that do not exist yet, deepest first (what
-    :func:`preflight` is about to create)."""
-    missing = []
-    for folder in (run_dir, *run_dir.parents):
-        if folder.exists():
-            break
-        missing.append(folder)
-    return missing
-
-
-def _undo_preflight(run_dir: Path, created: list[Path], had_lock_file: bool) -> None:
-    """After a refused run, so that bad input leaves no trace: remove the lock file unless
-    it was there before, then the folders this command created (``created``, deepest first)
-    while they are empty."""
-    if not had_lock_file:
-        with contextlib.suppress(OSError):
-            (run_dir / LOCK_FILE).unlink(missing_ok=True)
-    for folder in created:
-        try:
-            (folder / LOCK_FILE).unlink(missing_ok=True)
-            folder.rmdir()
-        except OSError:  # it holds something else (built data): keep it and what is above
-            return
-
-
-def _continue_after_restart(args: argparse.Namespace, run_dir: Path) -> None:
-    """After torchrun restarted the job (``--max-restarts``), continue from the run's newest
-    checkpoint: ``--resume never``/``--replace``/a path meant the first attempt."""
-    restarts = distributed.restart_count()
-    if restarts == 0 or args.resume == "auto":
-        return
-    if not inspect_run_dir(run_dir).checkpoint_steps:
-        return
-    info(
-        f"torchrun restart {restarts}: continuing from the newest checkpoint in {run_dir} "
-        f"(--resume {args.resume} applied to the first attempt)"
-    )
-    args.resume, args.replace = "auto", False
-
-
-def _check_shared_data(spec: RunSpec, run_dir: Path, world: World) -> None:
-    """A rank other than 0 must see the data rank 0 built (a filesystem shared by the nodes)."""
-    if spec.data.dir or (run_dir / "data" / BUILD_RECORD).exists():
-        return
-    raise TrmError(
-        f"rank {world.rank} does not see the data rank 0 built in {run_dir / 'data'}: on "
-        "several nodes the run directory must be on a filesystem every node shares (--out), "
-        "or set data.dir to a dataset present on every node"
-    )
-
-
-def _adopt_first_spec(plan: Plan, world: World) -> Plan:
-    """Train what rank 0 planned: its [arch], [train] and [data] (a tier may have changed
-    them for rank 0's memory); this rank keeps its own runtime."""
-    arch, train, data = distributed.broadcast_from_first(None)
-    spec = plan.spec
-    if (arch, train, data) == (spec.arch, spec.train, spec.data):
-        return plan
-    info(f"warning: rank {world.rank} planned another model or schedule; training rank 0's")
-    return attrs.evolve(plan, spec=attrs.evolve(spec, arch=arch, train=train, data=data))
-
-
-def _adopt_first_max_steps(max_steps: int | None, world: World) -> int | None:
-    """Stop where rank 0 stops: ``--max-steps`` given differently to the ranks would leave
-    some waiting for the others' next step until the collective timeout."""
-    first = distributed.broadcast_from_first(None)
-    if first != max_steps:
-        info(
-            f"warning: rank {world.rank} was given --max-steps {max_steps or 'none'}; every "
-            f"rank stops where rank 0 does (--max-steps {first or 'none'})"
-        )
-    return first
-
-
-@contextmanager
-def _quiet_stdout(quiet: bool) -> Iterator[None]:
-    """Send this process's stdout (the progress display) to nowhere when ``quiet``."""
-    if not quiet:
-        yield
-        return
-    with open(os.devnull, "w", encoding="utf-8") as sink, redirect_stdout(sink):
-        yield

@@ -34,6 +34,7 @@ RUN_FILES = (
     "hardware.json",
     "adaptations.json",
     "estimate.json",
+    "budget.json",  # the steps a time budget planned (trm.plan.budget)
 )
 CHECKPOINTS = "checkpoints"
 

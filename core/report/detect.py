@@ -19,8 +19,22 @@ growth a clean run shows — allocator fragmentation, caches filling — comes i
 grow the heap at a time, so a short run's noise is not a trend. Measured on a clean run: the
 quickstart's resident memory rose by about 50 MB in its first 20 steps, 8 MB in the next 130.
 
-**Slowdown.** The early median is the median ``samples_per_s`` of the first quarter of the
-rows after warm-up (the first step pays for compilation and cold caches). A rolling median
+**Slowdown.** The speed judged is work per second: ``samples_per_s`` times the work of a
+sample at the recursion depth the row records (``H_cycles``, ``L_cycles``), relative to the
+depth of the first row judged — so a curriculum that deepens the recursion (a step at (2, 3)
+does 2.7 times the work of one at (1, 1)) is not a slowdown, while a run at one depth is
+judged on its samples/s exactly as before. A sample's work is
+:func:`trm.recursion.net_calls_per_sample`: the H_cycles × (L_cycles + 1) forward calls
+of the network plus 2 × the L_cycles + 1 calls that back-propagate — the analytic FLOPs of
+:mod:`trm.measure.flops` in units of one network call, without the heads and embeddings (they
+do not change with the depth and are under 1% of the FLOPs of sudoku9-laptop's network).
+Not samples × H × (L + 1): only the last H cycle back-propagates, so that count calls (2, 3)
+4 times (1, 1)'s work where the FLOPs say 2.7 (and 0.48 s against 0.19 s were measured), and
+would hide a real slowdown of up to a third at the deep stage. Rows without the depth count
+as the first depth.
+
+The early median is the median work per second of the first quarter of the rows after
+warm-up (the first step pays for compilation and cold caches). A rolling median
 over a window of ``max(5, rows / 10)`` steps smooths single slow steps (a checkpoint, another
 program's burst); a slow stretch is a run of windows whose median is more than
 ``SLOWDOWN_FRACTION`` (20%) below the early median, beginning at the first slow step of its
@@ -40,6 +54,8 @@ from typing import Any
 
 import numpy as np
 from attrs import frozen
+
+from trm.recursion import net_calls_per_sample
 
 LEAK_MB_PER_1K_STEPS = 100.0
 LEAK_MIN_GROWTH_MB = 32.0
@@ -257,12 +273,40 @@ def _slow_stretches(
     return stretches
 
 
+def _depth(row: dict[str, Any]) -> tuple[int, int] | None:
+    H_cycles, L_cycles = row.get("H_cycles"), row.get("L_cycles")
+    if isinstance(H_cycles, int) and isinstance(L_cycles, int) and H_cycles > 0 and L_cycles > 0:
+        return H_cycles, L_cycles
+    return None
+
+
+def work_rates(
+    train: list[dict[str, Any]],
+) -> tuple[list[tuple[int, float]], tuple[int, int] | None]:
+    """(step, work per second) of the training rows with a speed, as samples per second at
+    the reference depth — the depth of the first row after warm-up — and that depth (None when
+    the rows record none: then plain samples/s). See the module docstring."""
+    rows = [r for r in train if _numeric([r], "samples_per_s") and r["samples_per_s"] > 0]
+    judged = rows[_warmup_rows(len(rows)) :]
+    reference = next((d for d in map(_depth, judged) if d is not None), None)
+    if reference is None:
+        return [(r["step"], float(r["samples_per_s"])) for r in rows], None
+    base = net_calls_per_sample(*reference)
+    return [
+        (
+            r["step"],
+            float(r["samples_per_s"]) * net_calls_per_sample(*(_depth(r) or reference)) / base,
+        )
+        for r in rows
+    ], reference
+
+
 def detect_slowdown(rows: Iterable[dict[str, Any]]) -> Finding | None:
-    """``samples_per_s`` more than 20% below its early median; see the module docstring."""
+    """Work per second (samples/s weighted by the recursion depth's work) more than 20% below
+    its early median; see the module docstring."""
     all_rows = list(rows)
     train = training_rows(all_rows)
-    points = _numeric(train, "samples_per_s")
-    points = [(step, rate) for step, rate in points if rate > 0]
+    points, reference = work_rates(train)
     if len(points) < MIN_ROWS:
         return None
     steps, rates = _binned(points[_warmup_rows(len(points)) :])
@@ -281,20 +325,28 @@ def detect_slowdown(rows: Iterable[dict[str, Any]]) -> Finding | None:
     early_rows = [r for r in train if r["step"] < steps[min(early_count, len(steps) - 1)]]
     slow_rows = [r for r in train if onset <= r["step"] <= last]
     cause = _slowdown_cause(all_rows, onset, early_rows, slow_rows)
+    deepened = {_depth(r) or reference for r in train if r["step"] >= steps[0]} != {reference}
+    figures = {
+        "early_samples_per_s": round(early, 2),
+        "slow_samples_per_s": round(slow, 2),
+        "drop_fraction": round(1 - slow / early, 4),
+    }
+    if deepened and reference is not None:
+        what = "work per second (samples/s weighted by each step's recursion depth)"
+        unit = f" samples/s at depth {reference}"
+        figures |= {"reference_H_cycles": reference[0], "reference_L_cycles": reference[1]}
+    else:
+        what, unit = "samples/s", ""
     return Finding(
         kind="slowdown",
         step=onset,
         message=(
-            f"samples/s fell {1 - slow / early:.0%} below its early median from step {onset} "
-            f"{until} ({slow:,.1f} against {early:,.1f}; flagged beyond "
+            f"{what} fell {1 - slow / early:.0%} below its early median from step {onset} "
+            f"{until} ({slow:,.1f} against {early:,.1f}{unit}; flagged beyond "
             f"{SLOWDOWN_FRACTION:.0%})"
         ),
         suggestion=cause,
-        figures={
-            "early_samples_per_s": round(early, 2),
-            "slow_samples_per_s": round(slow, 2),
-            "drop_fraction": round(1 - slow / early, 4),
-        },
+        figures=figures,
     )
 
 

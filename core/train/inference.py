@@ -182,3 +182,29 @@ def _check_shape(payload: dict, data_dir: Path, split: str) -> None:
         "dataset built with the same options as its training data (--data DIR), or train a "
         "model on this one"
     )
+
+
+# What a shipped checkpoint holds; everything else of a run's checkpoint (optimizer states,
+# the carry, RNG states, the data position, the dataset's folder) only training needs.
+SHIPPED_KEYS = ("trm_version", "spec", "model", "step", "recursion", "dataset_shape")
+
+
+def reduce_checkpoint(payload: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint payload reduced to what inference needs, for shipping.
+
+    Called by benchmarks/shipped_weights.py on a run's best (else last) checkpoint. The
+    model's weights are the ones :func:`restore_model` evaluates with — the EMA weights
+    where the run kept an EMA — stored as ``model`` with ``ema`` None, so restoring the
+    reduced payload gives the same model and the same outputs. Beside them: the spec, the
+    dataset shape, the recursion in force and the step. Only tensors, dicts, lists, str,
+    int, float, bool and None: it loads with ``torch.load(weights_only=True)``. TrmError
+    when the payload cannot make its model (as :func:`restore_model`).
+    """
+    _spec, model = restore_model(payload, torch.device("cpu"))
+    reduced = {key: payload.get(key) for key in SHIPPED_KEYS}
+    reduced["model"] = {
+        name: tensor.detach().to("cpu", copy=True).contiguous()
+        for name, tensor in model.state_dict().items()
+    }
+    reduced["ema"] = None
+    return reduced

@@ -1,0 +1,412 @@
+"""``trm.load`` and ``Model.solve``: a trained model ready to answer puzzles.
+
+``trm solve`` and ``trm eval`` (core/cli/eval_cmd.py) load through :func:`load_model` and
+solve through :meth:`Model.solve` / :meth:`Model.solve_task`; ``trm.load`` is the same
+function for scripts and notebooks. The answer's validity is checked by the task's own rules
+(the data source's ``check_answer``), never by the model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+
+from trm.api.log import Log, say
+from trm.data.evaluator import RunRows, TaskSolution
+from trm.errors import TrmError
+from trm.plan.dataset import find_data_source
+from trm.plan.pipeline import detect_hardware, runtime_here
+from trm.plugin_manager import TrmPluginManager, load_plugins
+from trm.runtime import RuntimeChoice
+from trm.shipped import (
+    CHECKPOINT_SUFFIX,
+    Manifest,
+    looks_like_a_name,
+    shipped_dir,
+    shipped_manifest,
+    shipped_names,
+)
+from trm.spec import RunSpec
+from trm.train.evaluate import confidence, predict_with_halt, run_all_steps
+from trm.train.inference import check_eval_data, checkpoint_shape, checkpoint_spec, restore_model
+
+# Rows ``solve_task`` runs through the model at once for a task of many rows.
+SOLVE_BATCH = 64
+# Characters a puzzle written as text may consist of; such an argument is never a folder.
+_PUZZLE_CHARS = set("0123456789.|-+ \t")
+
+
+@attrs.frozen
+class Solution:
+    """The model's answer to one puzzle.
+
+    ``answer`` is the answer as text in the puzzle's own format (the data source's
+    ``format_grid``; ``puzzle`` the question the same way); ``valid`` whether the answer
+    obeys the task's rules (the data source's ``check_answer``, never the model's opinion);
+    ``steps`` the supervision steps the model used: the first at which its Q head asked to
+    halt, or all ``halt_max_steps`` when it never did (the answer is read after all of
+    them, as ``trm eval`` scores it); ``max_steps`` that bound; ``solvable`` the data
+    source's solver's verdict on the puzzle (None: it cannot say); ``verdicts`` the task's
+    own yes/no checks (maze: ``valid_path``); ``task`` the data source's name;
+    ``question``/``tokens`` the token rows.
+    """
+
+    task: str
+    puzzle: str
+    answer: str
+    valid: bool
+    steps: int
+    max_steps: int
+    solvable: bool | None
+    verdicts: dict[str, bool]
+    question: np.ndarray = attrs.field(repr=False, eq=False)
+    tokens: np.ndarray = attrs.field(repr=False, eq=False)
+
+    def document(self) -> dict[str, Any]:
+        """The JSON document ``trm solve --json`` prints."""
+        return {
+            "question": self.question.tolist(),
+            "answer": self.tokens.tolist(),
+            "valid": self.valid,
+            "solvable": self.solvable,
+            **self.verdicts,
+            "steps": self.steps,
+            "question_text": self.puzzle,
+            "answer_text": self.answer,
+        }
+
+    def __str__(self) -> str:
+        """The text ``trm solve`` prints."""
+        lines = ["puzzle:", self.puzzle, "model's answer:", self.answer]
+        lines.append("valid solution: " + ("yes" if self.valid else "no"))
+        lines += [
+            f"{k.replace('_', ' ')}: {'yes' if v else 'no'}" for k, v in self.verdicts.items()
+        ]
+        if self.solvable is False:
+            lines.append(
+                f"the puzzle has no solution (checked by the {self.task} solver); "
+                "the model's answer cannot be valid"
+            )
+        return "\n".join(lines)
+
+
+@attrs.define
+class Model:
+    """A trained TRM with its data source, in eval mode on this machine's device.
+
+    Made by :func:`trm.load`. ``spec`` is the spec the checkpoint was trained with,
+    ``step`` the optimizer step it was saved at, ``checkpoint`` the file or folder it was
+    loaded from, ``source`` the task's data source (parsing, formatting, checking puzzles),
+    ``manifest`` the shipped model's manifest (``trm.shipped``) when it was loaded by a
+    shipped model's name, else None.
+    """
+
+    spec: RunSpec
+    step: int | None
+    checkpoint: Path
+    source: Any
+    payload: dict[str, Any] = attrs.field(repr=False)
+    runtime: RuntimeChoice = attrs.field(repr=False)
+    module: torch.nn.Module = attrs.field(repr=False)
+    pm: TrmPluginManager = attrs.field(repr=False)
+    manifest: Manifest | None = attrs.field(default=None, repr=False)
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens in one puzzle this model takes (a 9x9 Sudoku: 81)."""
+        return checkpoint_shape(self.payload).seq_len
+
+    def solve(self, puzzle: str) -> Solution:
+        """Solve one puzzle given as ``trm solve`` takes it: text in the task's format
+        ('.' or 0 for blanks; a maze drawn in characters) or the path of a file holding
+        it. TrmError, with ``trm solve``'s message, for a malformed puzzle, one of another
+        size than the model's (for a shipped model, the message begins with the size it
+        solves: ``quickstart solves 4x4 Sudoku (16 cells): …``), or a task solved whole
+        (ARC: :meth:`solve_task`)."""
+        source = self.source
+        if callable(getattr(source, "solve_task", None)):
+            raise TrmError(
+                f"the {source.name} source solves whole tasks: use Model.solve_task(TASK) "
+                "(a task id or a task JSON file)"
+            )
+        try:
+            question = parse_puzzle(source, puzzle, self.seq_len)
+        except TrmError as exc:
+            if self.manifest is None:
+                raise
+            raise TrmError(f"{self.manifest.name} solves {self.manifest.puzzle}: {exc}") from None
+        placement = self.runtime.placement()
+        batch = placement.to_device(
+            {
+                "inputs": question[None, :],
+                "labels": question[None, :],
+                "puzzle_identifiers": np.zeros(1, dtype=np.int64),
+            }
+        )
+        halt_max_steps = self.spec.arch.halt_max_steps
+        outputs, halt_steps = run_all_steps(self.module, batch, halt_max_steps, placement)
+        answer = outputs["logits"].argmax(dim=-1)[0].cpu().numpy()
+        verdicts: dict[str, bool] = {}
+        task_metrics = getattr(source, "task_metrics", None)
+        if callable(task_metrics):
+            rows = task_metrics(question[None, :], question[None, :], answer[None, :])
+            verdicts = {k.removesuffix("_rate"): bool(v[0] >= 1) for k, v in rows.items()}
+        check = getattr(source, "is_solvable", None)
+        return Solution(
+            task=source.name,
+            puzzle=source.format_grid(question),
+            answer=source.format_grid(answer),
+            valid=bool(source.check_answer(question, answer)),
+            steps=int(halt_steps[0].item()),
+            max_steps=halt_max_steps,
+            solvable=bool(check(question)) if callable(check) else None,
+            verdicts=verdicts,
+            question=question,
+            tokens=answer,
+        )
+
+    def solve_task(
+        self, task: str, data: Path | None = None, png: Path | None = None
+    ) -> TaskSolution:
+        """Solve a whole task of many rows through the data source's ``solve_task`` (ARC:
+        a task id of the dataset's test_puzzles.json or a task JSON file); ``data`` the
+        dataset folder (default: the one trained on, when it is still there), ``png`` where
+        a task that draws its answer writes the picture. TrmError for a source that solves
+        single puzzles (use :meth:`solve`)."""
+        solve = getattr(self.source, "solve_task", None)
+        if not callable(solve):
+            raise TrmError(
+                f"the {self.source.name} source solves single puzzles: use Model.solve(PUZZLE)"
+            )
+        data_dir = self.data_dir(data) if data is not None else self._recorded_data()
+        if data_dir is not None:
+            check_eval_data(self.payload, data_dir, self.spec.data.eval_split, given=False)
+        return solve(task, data_dir, self.seq_len, self._row_runner(), png)
+
+    def data_dir(self, data: Path | None) -> Path:
+        """``data`` (checked), or the folder the checkpoint was trained on; TrmError, with
+        ``--data`` in the message as ``trm eval`` says it, when unusable."""
+        if data is not None:
+            path = Path(data).expanduser()
+            if not path.exists():
+                raise TrmError(
+                    f"--data {path} does not exist; give the dataset folder "
+                    "`trm data build … --out DIR` wrote"
+                )
+            if not path.is_dir():
+                raise TrmError(
+                    f"--data {path} is a file, not a dataset folder; give the folder "
+                    "`trm data build … --out DIR` wrote (it holds train/ and test/)"
+                )
+            return path
+        recorded = self.payload.get("data_dir")
+        if not recorded or not isinstance(recorded, str):
+            raise TrmError(
+                "the checkpoint does not record the dataset it was trained on; give one with "
+                "--data DIR"
+            )
+        path = Path(recorded)
+        if not path.is_dir():
+            raise TrmError(
+                f"the dataset the checkpoint was trained on, {path}, is no longer there; "
+                "give its new place (or another dataset of the same kind) with --data DIR"
+            )
+        return path
+
+    def _recorded_data(self) -> Path | None:
+        recorded = self.payload.get("data_dir")
+        if isinstance(recorded, str) and recorded and Path(recorded).is_dir():
+            return Path(recorded)
+        return None
+
+    def _row_runner(self) -> RunRows:
+        """The model as :data:`trm.data.evaluator.RunRows`, in batches of SOLVE_BATCH rows."""
+        placement = self.runtime.placement()
+        shape = checkpoint_shape(self.payload)
+        spec, model = self.spec, self.module
+
+        def run(inputs: np.ndarray, identifiers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            inputs = np.asarray(inputs, dtype=np.int64).reshape(-1, shape.seq_len)
+            identifiers = np.asarray(identifiers, dtype=np.int64).reshape(-1)
+            if len(identifiers) != len(inputs) or (
+                len(identifiers)
+                and not 0 <= identifiers.min() <= identifiers.max() < shape.num_puzzle_identifiers
+            ):
+                raise TrmError(
+                    f"the {spec.data.source} source asked to solve rows whose puzzle "
+                    f"identifiers do not fit the model's {shape.num_puzzle_identifiers}; is "
+                    "--data the dataset this checkpoint was trained on?"
+                )
+            answers, confidences = [], []
+            for start in range(0, len(inputs), SOLVE_BATCH):
+                rows = slice(start, start + SOLVE_BATCH)
+                batch = {"inputs": inputs[rows], "labels": inputs[rows]}
+                batch = placement.to_device({**batch, "puzzle_identifiers": identifiers[rows]})
+                tokens, q_halt = predict_with_halt(
+                    model, batch, spec.arch.halt_max_steps, placement
+                )
+                answers.append(tokens.cpu().numpy())
+                confidences.append(confidence(q_halt))
+            if not answers:
+                return np.zeros((0, shape.seq_len), dtype=np.int64), np.zeros(0)
+            return np.concatenate(answers), np.concatenate(confidences)
+
+        return run
+
+
+def load(name_or_path: str | Path, *, plugins: Iterable[str] = ()) -> Model:
+    """The model of a run directory (its newest valid checkpoint), a checkpoint file, or a
+    shipped model's name (``"sudoku9-laptop"``), ready on this machine's device.
+
+    ``plugins`` holds ``--plugins`` values (a data source's plugin, say). TrmError, with
+    ``trm solve``'s message, for a path that holds no checkpoint, an unknown shipped name
+    (the message lists the shipped names), or a damaged or incompatible checkpoint.
+    """
+    if isinstance(plugins, str):
+        raise TrmError(f"plugins takes a list of strings, e.g. plugins=[{plugins!r}]")
+    return load_model(Path(name_or_path), tuple(plugins), say)
+
+
+def load_model(path: Path, plugins: tuple[str, ...], log: Log) -> Model:
+    """The work of :func:`load` (and of ``trm solve``/``trm eval``): resolve a shipped
+    name, load the checkpoint through ``load_checkpoint``, pick this machine's runtime,
+    rebuild the model and find its data source."""
+    pm = load_plugins(plugins)
+    path, manifest = _checkpoint_path(path)
+    payload = _load_payload(pm, path)
+    runtime = runtime_here(pm, checkpoint_spec(payload), detect_hardware(pm), log)
+    spec, module = restore_model(payload, torch.device(runtime.device))
+    step = payload.get("step")
+    return Model(
+        spec=spec,
+        step=step if isinstance(step, int) else None,
+        checkpoint=path,
+        source=_source(pm, spec),
+        payload=payload,
+        runtime=runtime,
+        module=module,
+        pm=pm,
+        manifest=manifest,
+    )
+
+
+def _checkpoint_path(path: Path) -> tuple[Path, Manifest | None]:
+    """The checkpoint ``path`` names and, for a shipped model's name, its manifest.
+
+    A path that exists wins (manifest None). One bare word (no folder, no extension:
+    ``trm.shipped.looks_like_a_name``) is a shipped model's name: its ``NAME.pt``, checked
+    against the manifest's SHA-256; an unknown name is a TrmError listing the shipped ones.
+    Any other missing path is a TrmError saying what may be given."""
+    if path.exists():
+        return path, None
+    word = str(path)
+    if looks_like_a_name(word):
+        manifest = shipped_manifest(word)  # checks the file against it
+        return shipped_dir() / f"{word}{CHECKPOINT_SUFFIX}", manifest
+    names = ", ".join(shipped_names()) or "none"
+    raise TrmError(
+        f"checkpoint {path} does not exist; give a checkpoint file, a run dir or a "
+        f"shipped model's name ({names})"
+    )
+
+
+def _load_payload(pm: TrmPluginManager, path: Path) -> dict[str, Any]:
+    if not path.is_file() and not path.is_dir():
+        raise TrmError(
+            f"checkpoint {path} is not a regular file; give a checkpoint file or run dir"
+        )
+    payload = pm.hook.load_checkpoint(path=path, map_location="cpu")
+    if payload is None:
+        raise TrmError(
+            f"no checkpoint found at {path}: the folder holds no checkpoints/step-*.pt files; "
+            "give a checkpoint file or the directory of a `trm run`"
+        )
+    return payload
+
+
+def _source(pm: TrmPluginManager, spec: RunSpec) -> Any:
+    try:
+        return find_data_source(pm, spec.data.source)
+    except TrmError as exc:
+        raise TrmError(
+            f"the checkpoint was trained on data source {spec.data.source!r}, which no "
+            f"plugin provides here ({exc}); switch its plugin on with --plugins NAME"
+        ) from None
+
+
+def _puzzle_text(argument: str) -> tuple[str, Path | None]:
+    """The puzzle text, read from a file when ``argument`` names one, and that file."""
+    candidate = argument.strip()
+    if not candidate or "\n" in candidate:
+        return argument, None
+    path = Path(candidate).expanduser()
+    try:
+        is_file, is_dir = path.is_file(), path.is_dir()
+    except (OSError, ValueError):  # too long or odd for a path: it is the puzzle itself
+        return argument, None
+    if is_dir and not set(candidate) <= _PUZZLE_CHARS:
+        raise TrmError(
+            f"puzzle {candidate} is a folder; give the puzzle as text or a file holding it"
+        )
+    if not is_file:
+        return argument, None
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise TrmError(
+            f"puzzle file {path} cannot be read ({exc.strerror or exc}); check its permissions "
+            "or give the puzzle as text"
+        ) from None
+    try:
+        return data.decode("utf-8"), path
+    except UnicodeDecodeError as exc:
+        raise TrmError(
+            f"puzzle file {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+            f"{exc.start}); save the puzzle as plain text"
+        ) from None
+
+
+def _looks_like_a_file_name(argument: str) -> bool:
+    """True for one word with a folder separator or a file extension of letters
+    (``mazes/hard.txt``, ``puzzle.txt``): what a user who meant a file typed."""
+    word = argument.strip()
+    if not word or any(ch.isspace() for ch in word):
+        return False
+    suffix = Path(word).suffix[1:]
+    return "/" in word or os.sep in word or (suffix.isalpha() and suffix.isascii())
+
+
+def parse_puzzle(source: Any, argument: str, seq_len: int) -> np.ndarray:
+    """``argument`` (puzzle text or a file holding it) as ``seq_len`` tokens through the
+    source's ``parse_puzzle``; TrmError naming what is wrong (and the file, if one)."""
+    if not isinstance(argument, str):
+        raise TrmError(
+            f"the puzzle must be text (or a file path as text), not {type(argument).__name__}"
+        )
+    text, path = _puzzle_text(argument)
+    try:
+        tokens = source.parse_puzzle(text, seq_len)
+    except TrmError as exc:
+        if path is None:
+            if _looks_like_a_file_name(argument):
+                raise TrmError(
+                    f"puzzle file {argument.strip()} does not exist (read as the puzzle itself "
+                    f"it is not one: {exc}); check the file name"
+                ) from None
+            raise
+        raise TrmError(f"{exc} (read from puzzle file {path})") from None
+    except (ValueError, TypeError, IndexError) as exc:  # a source that breaks its contract
+        where = f"puzzle file {path}" if path else "the puzzle"
+        raise TrmError(f"{where} cannot be parsed by the {source.name} source: {exc}") from None
+    question = np.asarray(tokens, dtype=np.int64).ravel()
+    if question.shape != (seq_len,):
+        raise TrmError(
+            f"the puzzle has {question.size} cells; the checkpoint's model takes {seq_len}"
+        )
+    return question

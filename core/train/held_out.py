@@ -1,0 +1,97 @@
+"""Scoring a model on held-out puzzles generated again from their recipe (source, options,
+seed), for shipped models: ``trm eval NAME`` and benchmarks/shipped_weights.py.
+
+A *kind* of puzzle is a data source's full generate options and a build seed. The source's
+``build`` is deterministic for those, so its test split — the held-out puzzles — is the same
+on every machine: the kind a manifest records is scored again exactly. A kind whose options
+and seed are the training run's own is the run's own test split (puzzles the build kept out
+of train); a kind with another seed is fresh puzzles of that kind.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from attrs import define
+
+from trm.data.puzzle_dataset import open_split
+from trm.data.sampler import SplitIndex
+from trm.device.contract import Placement
+from trm.errors import TrmError
+from trm.plan.dataset import build_options, find_data_source
+from trm.plugin_manager import TrmPluginManager
+from trm.spec import CONVERTER, RunSpec
+from trm.train.evaluate import evaluate
+from trm.train.inference import check_eval_data
+
+
+@define(frozen=True)
+class KindScore:
+    """A model's score on the first ``examples`` held-out puzzles of one kind (fractions)."""
+
+    examples: int
+    exact_accuracy: float
+    cell_accuracy: float
+
+
+def kind_options(
+    pm: TrmPluginManager, spec: RunSpec, overrides: Mapping[str, Any], where: str
+) -> dict[str, Any]:
+    """The full generate options of a kind: the run's ``[data.generate]`` with ``overrides``
+    applied, checked by the source's options class (TrmError naming ``where`` and the key)."""
+    source = find_data_source(pm, spec.data.source)
+    options = build_options(source, {**spec.data.generate, **dict(overrides)}, where)
+    return CONVERTER.unstructure(options)
+
+
+def score_kind(
+    pm: TrmPluginManager,
+    payload: dict[str, Any],
+    spec: RunSpec,
+    model: torch.nn.Module,
+    placement: Placement,
+    options: Mapping[str, Any],
+    seed: int,
+    count: int,
+    batch_size: int,
+    log: Callable[[str], None],
+    where: str,
+) -> KindScore:
+    """Build the kind's dataset (``spec``'s source, ``options``, ``seed``) in a temporary
+    folder and score ``model`` (restored from ``payload``) on the first ``count`` examples
+    of its eval split, running every supervision step as ``trm eval`` does.
+
+    TrmError (naming ``where``) when the options do not parse or the built data do not fit
+    the model (another puzzle size).
+    """
+    source = find_data_source(pm, spec.data.source)
+    built = build_options(source, dict(options), where)
+    validate = getattr(source, "validate_options", None)
+    if callable(validate):
+        validate(built)
+    split = spec.data.eval_split
+    with tempfile.TemporaryDirectory(prefix="trm-held-out-") as tmp:
+        folder = Path(tmp)
+        source.build(built, folder, seed, log)
+        try:
+            check_eval_data(payload, folder, split, given=False)
+        except TrmError as exc:
+            raise TrmError(f"{where}: {exc}") from None
+        index = SplitIndex(open_split(folder / split))
+        result = evaluate(
+            model,
+            index,
+            spec.arch.halt_max_steps,
+            batch_size,
+            placement,
+            max_examples=count,
+        )
+    return KindScore(
+        examples=int(result["examples"]),
+        exact_accuracy=float(result["exact_accuracy"]),
+        cell_accuracy=float(result["cell_accuracy"]),
+    )
