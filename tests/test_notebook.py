@@ -19,6 +19,9 @@ from nbclient import NotebookClient
 
 from trm.shipped import shipped_names
 
+# The notebook trains the quickstart under a kernel: slow, so run first under pytest -n.
+pytestmark = pytest.mark.slow
+
 NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "notebooks" / "quickstart.ipynb"
 CELL_TIMEOUT_S = 480  # the training cell is the longest: about 1-2 minutes on 2 quiet cores
 SHIPPED_TAG = "shipped-model"

@@ -71,6 +71,7 @@ def tiny(tmp_path_factory) -> SimpleNamespace:
     return SimpleNamespace(base=base, spec=spec, run=base / "run", checkpoint=Path(newest))
 
 
+@pytest.mark.slow
 def test_train_writes_the_same_metrics_rows_as_trm_run(quick):
     rows = quick.run.metrics
     with (quick.cli / "metrics.jsonl").open() as lines:

@@ -180,6 +180,7 @@ def test_a_manifest_with_an_unknown_key_is_one_line(cli, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", shipped_names())
+@pytest.mark.slow
 def test_eval_name_reproduces_the_manifest_within_2_points(name, cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     manifest = shipped_manifest(name)
@@ -194,6 +195,7 @@ def test_eval_name_reproduces_the_manifest_within_2_points(name, cli, tmp_path, 
         assert abs(row["exact_accuracy"] - kind.exact_accuracy) <= 0.02
 
 
+@pytest.mark.slow
 def test_eval_name_prints_the_manifest_figure_beside_its_own(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     manifest = shipped_manifest("quickstart")
@@ -266,6 +268,7 @@ def _script() -> ModuleType:
     return module
 
 
+@pytest.mark.slow
 def test_the_script_ships_a_finished_run_that_trm_eval_reproduces(
     generated_run, cli, tmp_path, monkeypatch
 ):
