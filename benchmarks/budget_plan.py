@@ -1,13 +1,15 @@
 """Does a wall-time budget hold? `trm run` with train.time_budget_s, against what it then took.
 
 Usage: python benchmarks/budget_plan.py [--spec sudoku9-laptop] [--budget-s 1800]
-[--set KEY=VALUE ...] [--json]. Runs `trm run SPEC --set train.time_budget_s=BUDGET` (plus the
-`--set` values) into a temporary directory as a fresh process, then reads its budget.json (the
-steps planned, each depth's measured step time) and its metrics.jsonl and summary.json (what the
-run did) and compares, per depth, the planned step time with the median step time of the run's
-rows at that depth (global batch / samples_per_s), and the planned training seconds with the
-run's wall seconds (which include evaluations and checkpoints). Prints a table, or one JSON
-document. Run it on an idle machine: the plan is only as steady as the machine.
+[--set KEY=VALUE ...] [--run-dir DIR] [--json]. Runs `trm run SPEC --set
+train.time_budget_s=BUDGET` (plus the `--set` values) into a temporary directory as a fresh
+process — or, with ``--run-dir``, takes a budgeted run that already finished, keeping its
+model — then reads its budget.json (the steps planned, each depth's measured step time) and its
+metrics.jsonl and summary.json (what the run did) and compares, per depth, the planned step
+time with the median step time of the run's rows at that depth (global batch / samples_per_s),
+and the planned training seconds with the run's wall seconds (which include evaluations and
+checkpoints). Prints a table, or one JSON document. Run it on an idle machine: the plan is only
+as steady as the machine.
 """
 
 from __future__ import annotations
@@ -86,10 +88,16 @@ def main() -> None:
     parser.add_argument("--spec", default="sudoku9-laptop")
     parser.add_argument("--budget-s", type=float, default=1800.0)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--run-dir", type=Path, help="judge this finished budgeted run instead of running one"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="trm-budget-check-") as tmp:
-        result = compare(run_with_budget(args.spec, args.budget_s, args.set, Path(tmp)))
+    if args.run_dir is not None:
+        result = compare(args.run_dir)
+    else:
+        with tempfile.TemporaryDirectory(prefix="trm-budget-check-") as tmp:
+            result = compare(run_with_budget(args.spec, args.budget_s, args.set, Path(tmp)))
     result |= {"spec": args.spec, "sets": args.set, "machine": machine_name()}
     if args.json:
         print(json.dumps(result, indent=2))
