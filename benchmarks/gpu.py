@@ -365,7 +365,8 @@ def markdown(document: dict[str, Any]) -> str:
     env = document["environment"]
     lines = [
         f"GPU acceptance run of {document['date']}: {names}; driver {env.get('driver')}; "
-        f"torch {env.get('torch')} (CUDA {env.get('torch_cuda')}); Triton {env.get('triton')}.",
+        f"torch {env.get('torch')} (CUDA {env.get('torch_cuda')}); Triton {env.get('triton')}."
+        + ("" if document.get("complete", True) else " Stopped before its last stage."),
         "",
         "| " + " | ".join(HEADERS) + " |",
         "|" + "---|" * len(HEADERS),
@@ -382,22 +383,46 @@ def print_table(document: dict[str, Any]) -> None:
     print_rows(HEADERS, table_rows(document))
 
 
+def write_document(out: Path, document: dict[str, Any]) -> None:
+    """``gpu-acceptance.json`` and ``.md`` in ``out``, replaced whole (a temporary file each)."""
+    for suffix, text in (
+        (".json", json.dumps(document, indent=2) + "\n"),
+        (".md", markdown(document)),
+    ):
+        path = out / f"{DOCUMENT}{suffix}"
+        partial = path.with_suffix(suffix + ".tmp")
+        partial.write_text(text)
+        partial.replace(path)
+
+
 def acceptance(args: argparse.Namespace, found: dict[str, Any]) -> dict[str, Any]:
-    """Run every stage on the GPU; the document."""
+    """Run every stage on the GPU; the document. It is written after each stage (``complete``
+    false until the last), so a run stopped part-way keeps the stages it finished."""
     out = args.out
     stages = [environment_stage(found)]
-    quickstart, memory = quickstart_stage(out)
-    stages += [quickstart, memory]
-    if not args.skip_bench:
-        stages += [bench_stage(s, args.bench_steps, args.bench_batch, out) for s in BENCH_SPECS]
-    if not args.skip_torchrun and len(found.get("gpus") or []) >= 2:
-        stages.append(torchrun_stage(out))
-    return {
+    document = {
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "environment": found,
         "stages": stages,
-        "ok": all(stage["ok"] for stage in stages),
+        "ok": False,
+        "complete": False,
     }
+
+    def record(*done: dict[str, Any]) -> None:
+        stages.extend(done)
+        document["ok"] = all(stage["ok"] for stage in stages)
+        write_document(out, document)
+
+    record()
+    record(*quickstart_stage(out))
+    if not args.skip_bench:
+        for spec in BENCH_SPECS:
+            record(bench_stage(spec, args.bench_steps, args.bench_batch, out))
+    if not args.skip_torchrun and len(found.get("gpus") or []) >= 2:
+        record(torchrun_stage(out))
+    document["complete"] = True
+    record()
+    return document
 
 
 def probe_in_child() -> dict[str, Any]:
@@ -445,8 +470,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     document = acceptance(args, found)
-    (args.out / f"{DOCUMENT}.json").write_text(json.dumps(document, indent=2) + "\n")
-    (args.out / f"{DOCUMENT}.md").write_text(markdown(document))
     if args.json:
         print(json.dumps(document, indent=2))
     else:
