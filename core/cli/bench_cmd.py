@@ -10,14 +10,10 @@ from rich.table import Table
 from trm.cli.common import add_set_option, positive_int
 from trm.cli.output import info, print_json
 from trm.errors import TrmError
-from trm.measure.bench import BenchResult, run_bench
+from trm.measure.bench import CPU_DEFAULT_BATCH, BenchResult, choose_batches, run_bench
 from trm.plan.pipeline import choose_runtime, detect_hardware
 from trm.plugin_manager import load_plugins
-from trm.spec import RunSpec, apply_overrides, load_spec, resolve_spec_path
-
-# On a CPU a step of the spec's whole global batch (768 in the paper's recipes) takes minutes;
-# throughput per sample is the same at a smaller batch once the products are large.
-CPU_DEFAULT_BATCH = 32
+from trm.spec import apply_overrides, load_spec, resolve_spec_path
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -38,8 +34,8 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     parser.add_argument(
         "--batch",
         type=positive_int,
-        help="samples per step (default: the spec's micro-batch or global batch; "
-        f"at most {CPU_DEFAULT_BATCH} on a CPU)",
+        help="samples per step (default: on a GPU the micro-batch trm run plans; on a CPU "
+        f"the spec's micro-batch or global batch, at most {CPU_DEFAULT_BATCH})",
     )
     add_set_option(parser)
     parser.add_argument(
@@ -56,12 +52,6 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     parser.set_defaults(func=run)
 
 
-def default_batch(spec: RunSpec, device: str) -> int:
-    """The spec's micro-batch (or global batch), capped at CPU_DEFAULT_BATCH on a CPU."""
-    batch = spec.runtime.micro_batch_size or spec.train.global_batch_size
-    return min(batch, CPU_DEFAULT_BATCH) if device == "cpu" else batch
-
-
 def run(args: argparse.Namespace) -> int:
     if args.peak_seconds <= 0:
         raise TrmError(f"--peak-seconds must be positive, got {args.peak_seconds}")
@@ -75,17 +65,20 @@ def run(args: argparse.Namespace) -> int:
     runtime = choose_runtime(pm, spec, hardware)
     for note in runtime.notes:
         info(note)
-    batch = args.batch or default_batch(spec, runtime.device)
+    batches = choose_batches(pm, spec, hardware, runtime, args.batch)
+    for note in batches.notes:
+        info(note)
     result = run_bench(
-        spec,
-        runtime,
+        batches.spec,
+        batches.runtime,
         list(args.plugins),
         steps=args.steps,
         warmup=args.warmup,
-        batch_size=batch,
+        batch_size=batches.trm,
         plain=not args.no_plain,
         log=info,
         peak_s=args.peak_seconds,
+        plain_batch_size=batches.plain,
     )
     if args.json:
         print_json(result.to_dict())
@@ -106,7 +99,8 @@ def print_table(r: BenchResult) -> None:
     table.add_row(f"matmul peak ({r.precision})", f"{r.peak_gflops:.1f} GFLOP/s")
     table.add_row("MFU", f"{r.mfu:.3f}")
     if r.plain_samples_per_s is not None:
-        table.add_row("samples/s (plain eager fp32)", f"{r.plain_samples_per_s:.3f}")
+        plain_batch = "" if r.plain_batch_size == r.batch_size else f", batch {r.plain_batch_size}"
+        table.add_row(f"samples/s (plain eager fp32{plain_batch})", f"{r.plain_samples_per_s:.3f}")
         if r.plain_mfu_fp32 is not None:
             table.add_row("plain MFU (of the fp32 peak)", f"{r.plain_mfu_fp32:.3f}")
         table.add_row("trm / plain", f"{r.speedup_vs_plain:.2f}x")

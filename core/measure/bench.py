@@ -19,10 +19,11 @@ It reports, measured in the same process:
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,14 @@ from attrs import frozen
 
 from trm import hookimpl
 from trm.data.shape import read_shape
+from trm.device.oom import is_out_of_memory
+from trm.errors import TrmError
+from trm.hardware import HardwareProfile
 from trm.measure.flops import model_flops
 from trm.measure.peak import GemmPeak, measure_gemm_peak
+from trm.memory import DEFAULT_MODE
 from trm.plan.dataset import ensure_dataset, find_data_source
+from trm.plan.pipeline import plan_run
 from trm.plugin_manager import load_plugins
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
@@ -44,6 +50,9 @@ from trm.train import Trainer
 # speed (an interval checkpoint could land inside a timed step).
 BENCH_OFF = ("no:progress", "no:checkpoint")
 NO_EVAL_SPLIT = "(no evaluation in a bench)"
+# On a CPU a step of the spec's whole global batch (768 in the paper's recipes) takes minutes;
+# throughput per sample is the same at a smaller batch once the products are large.
+CPU_DEFAULT_BATCH = 32
 
 
 @frozen
@@ -92,6 +101,7 @@ class BenchResult:
     peak_windows_gflops: tuple[float, ...]
     mfu: float
     plain_samples_per_s: float | None
+    plain_batch_size: int | None
     plain_step_s: tuple[float, ...] | None
     plain_achieved_gflops: float | None
     fp32_peak_gflops: float | None
@@ -150,6 +160,92 @@ class StepTimer:
 
     def step_seconds(self) -> list[float]:
         return [b - a for a, b in zip(self.marks, self.marks[1:], strict=False)]
+
+
+@frozen
+class BenchBatches:
+    """What the two timed loops train: ``spec`` and ``runtime`` for trm's loop at ``trm``
+    samples a step, the plain loop at ``plain``; ``notes``: why, one line each."""
+
+    spec: RunSpec
+    runtime: RuntimeChoice
+    trm: int
+    plain: int
+    notes: tuple[str, ...] = ()
+
+
+def choose_batches(
+    pm: Any,
+    spec: RunSpec,
+    hardware: HardwareProfile,
+    runtime: RuntimeChoice,
+    asked: int | None,
+) -> BenchBatches:
+    """The batches ``trm bench`` times, for ``asked`` (``--batch``) or None.
+
+    On a device without a memory budget of its own (the CPU): ``asked``, else the spec's
+    micro-batch (or global batch) at most :data:`CPU_DEFAULT_BATCH`, for both loops.
+
+    On a device with one (a GPU): trm's loop trains what ``trm run`` would — the spec as the
+    default tier plans it (:func:`trm.plan.pipeline.plan_run`: its micro-batch, precision and
+    activation checkpointing), at ``asked`` samples if given, else at the planned micro-batch.
+    The plain loop (fp32, eager, every activation kept) runs at the largest micro-batch the
+    same tier fits for that configuration, at most trm's batch: samples/s is compared per
+    sample, not per step. Neither loop is then asked for more memory than the estimate allows.
+    """
+    budget = runtime.backend.budget_bytes(hardware, runtime.device)
+    if budget is None:
+        batch = asked or min(
+            spec.runtime.micro_batch_size or spec.train.global_batch_size, CPU_DEFAULT_BATCH
+        )
+        return BenchBatches(spec, runtime, batch, batch)
+    with tempfile.TemporaryDirectory(prefix="trm-bench-plan-") as scratch:
+        planned = plan_run(pm, spec, DEFAULT_MODE, Path(scratch), hardware=hardware)
+        plain_runtime = attrs.evolve(
+            spec.runtime,
+            precision="fp32",
+            compile="off",
+            activation_checkpointing="off",
+            micro_batch_size=0,
+        )
+        plain_plan = plan_run(
+            pm,
+            attrs.evolve(spec, runtime=plain_runtime),
+            DEFAULT_MODE,
+            Path(scratch),
+            hardware=hardware,
+        )
+    fitted = planned.spec.runtime.micro_batch_size or planned.spec.train.global_batch_size
+    batch = asked or fitted
+    plain_fit = plain_plan.spec.runtime.micro_batch_size or spec.train.global_batch_size
+    plain = min(batch, plain_fit)
+    notes = [
+        f"trm's loop: {batch} samples a step"
+        + (" (--batch)" if asked else f" (the {DEFAULT_MODE} plan's micro-batch)")
+        + f", {planned.runtime.precision}, activation checkpointing "
+        + ("on" if planned.spec.runtime.activation_checkpointing == "on" else "off")
+    ]
+    if plain < batch:
+        notes.append(
+            f"the plain fp32 eager loop: {plain} samples a step, the most the {DEFAULT_MODE} "
+            "tier fits without autocast or recomputation (samples/s are compared per sample)"
+        )
+    return BenchBatches(planned.spec, planned.runtime, batch, plain, tuple(notes))
+
+
+def out_of_memory_error(
+    runtime: RuntimeChoice, loop: str, batch: int, error: BaseException
+) -> TrmError | None:
+    """A one-line TrmError for ``error`` when it means memory ran out (the host's, or the
+    backend's device's as :func:`trm.device.oom.is_out_of_memory` recognises it); else None."""
+    if not is_out_of_memory(error, runtime.backend):
+        return None
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    first = first.split(". ")[0]
+    return TrmError(
+        f"trm bench: {loop} ran out of {runtime.device} memory at {batch} samples a step "
+        f"({first}); give a smaller --batch"
+    )
 
 
 def bench_spec(spec: RunSpec, batch_size: int, total_steps: int) -> RunSpec:
@@ -276,13 +372,17 @@ def run_bench(
     log: Callable[[str], None],
     work_dir: Path | None = None,
     peak_s: float = 1.5,
+    plain_batch_size: int | None = None,
 ) -> BenchResult:
     """Measure trm (and the plain eager fp32 loop) on ``spec``; see the module docstring.
 
     ``work_dir`` holds the data and run directories (a temporary directory, removed after,
     when None). ``log`` receives one line per phase. ``peak_s`` is the time given to each
-    GEMM peak measurement.
+    GEMM peak measurement. The plain loop trains ``plain_batch_size`` samples a step
+    (None: ``batch_size``; see :func:`choose_batches`). A loop that runs out of device memory
+    is a TrmError naming the loop and its batch.
     """
+    plain_batch = plain_batch_size or batch_size
     owned = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="trm-bench-")) if owned else Path(work_dir)
     try:
@@ -305,14 +405,19 @@ def run_bench(
         # whole process (trm.device.host_memory), which a plain PyTorch loop does not have.
         plain_timing, plain_load = None, None
         if plain:
-            log(f"timing the plain eager fp32 loop: {warmup} warm-up + {steps} steps")
-            with OtherLoad() as plain_load:
-                plain_timing = time_plain_loop(spec_b, runtime, data_dir, warmup, steps)
+            log(
+                f"timing the plain eager fp32 loop: {warmup} warm-up + {steps} steps of "
+                f"{plain_batch} samples"
+            )
+            spec_plain = bench_spec(spec, plain_batch, warmup + steps)
+            with OtherLoad() as plain_load, _memory_error(runtime, "the plain loop", plain_batch):
+                plain_timing = time_plain_loop(spec_plain, runtime, data_dir, warmup, steps)
+            runtime.backend.free_cached_memory(runtime.placement().device)
         log(
             f"timing trm: {warmup} warm-up + {steps} steps of {batch_size} samples "
             f"({runtime.precision}, {'compiled' if runtime.compile else 'eager'})"
         )
-        with OtherLoad() as trm_load:
+        with OtherLoad() as trm_load, _memory_error(runtime, "trm's loop", batch_size):
             trm_timing = time_loop(
                 spec_b, runtime, requested_plugins, data_dir, root / "trm", warmup
             )
@@ -354,6 +459,7 @@ def run_bench(
         peak_windows_gflops=tuple(w for p in peaks for w in p.windows_gflops),
         mfu=achieved / peak.gflops,
         plain_samples_per_s=plain_rate,
+        plain_batch_size=plain_batch if plain_timing else None,
         plain_step_s=plain_timing.step_s if plain_timing else None,
         plain_achieved_gflops=plain_gflops,
         fp32_peak_gflops=fp32_peak.gflops if fp32_peak else None,
@@ -363,6 +469,18 @@ def run_bench(
         other_load_plain=plain_load.fraction if plain_load else None,
         notes=runtime.notes,
     )
+
+
+@contextlib.contextmanager
+def _memory_error(runtime: RuntimeChoice, loop: str, batch: int) -> Iterator[None]:
+    """Turn the backend's out-of-memory error inside the block into a one-line TrmError."""
+    try:
+        yield
+    except Exception as exc:
+        plain_error = out_of_memory_error(runtime, loop, batch, exc)
+        if plain_error is None:
+            raise
+        raise plain_error from exc
 
 
 def _gflops(peak: GemmPeak) -> float:
