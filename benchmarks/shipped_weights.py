@@ -176,8 +176,21 @@ def machine_of(run_dir: Path, summary: dict[str, Any]) -> Machine:
         cpu_model=str(hardware.get("cpu_model") or "unknown"),
         physical_cores=hardware.get("physical_cores"),
         logical_cores=hardware.get("logical_cores"),
-        device=str(summary.get("device") or "unknown"),
+        device=device_words(str(summary.get("device") or "unknown"), hardware),
     )
+
+
+def device_words(device: str, hardware: dict[str, Any]) -> str:
+    """``device`` with its accelerator's name when hardware.json has one (``cuda:0 (NVIDIA
+    H200)``); a CPU device, or one the record does not name, as it is."""
+    kind, _, index = device.partition(":")
+    for accelerator in hardware.get("accelerators") or []:
+        same = accelerator.get("kind") == kind and str(accelerator.get("index", 0)) == (
+            index or "0"
+        )
+        if same and accelerator.get("name"):
+            return f"{device} ({accelerator['name']})"
+    return device
 
 
 def chosen_checkpoint(run_dir: Path) -> Path:
