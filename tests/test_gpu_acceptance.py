@@ -135,3 +135,46 @@ def test_from_json_prints_the_tables_of_a_saved_document(tmp_path):
         timeout=120,
     )
     assert done.returncode == 0 and "| quickstart | ok |" in done.stdout
+
+
+def test_the_document_is_written_after_each_stage_so_a_stopped_run_keeps_them(
+    gpu, tmp_path, monkeypatch
+):
+    quickstart, memory = CANNED["stages"][1], CANNED["stages"][2]
+    bench_row = CANNED["stages"][3]
+    monkeypatch.setattr(gpu, "quickstart_stage", lambda out: (quickstart, memory))
+    calls = []
+
+    def bench_then_stopped(spec, steps, batch, out):
+        calls.append(spec)
+        if len(calls) == 2:  # the second bench is stopped, as by `timeout` or Ctrl-C
+            raise KeyboardInterrupt
+        return bench_row
+
+    monkeypatch.setattr(gpu, "bench_stage", bench_then_stopped)
+    args = gpu.argparse.Namespace(
+        out=tmp_path, skip_bench=False, skip_torchrun=True, bench_steps=5, bench_batch=None
+    )
+    with pytest.raises(KeyboardInterrupt):
+        gpu.acceptance(args, {**CANNED["environment"], "cuda_available": True, "bf16": True})
+    saved = json.loads((tmp_path / "gpu-acceptance.json").read_text())
+    assert [s["stage"] for s in saved["stages"]] == [
+        "environment",
+        "quickstart",
+        "memory estimate",
+        "bench sudoku-extreme-mlp",
+    ]
+    assert saved["complete"] is False
+    assert "Stopped before its last stage." in (tmp_path / "gpu-acceptance.md").read_text()
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_finished_run_marks_its_document_complete(gpu, tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu, "quickstart_stage", lambda out: tuple(CANNED["stages"][1:3]))
+    args = gpu.argparse.Namespace(
+        out=tmp_path, skip_bench=True, skip_torchrun=True, bench_steps=5, bench_batch=None
+    )
+    document = gpu.acceptance(args, {**CANNED["environment"], "cuda_available": True, "bf16": True})
+    saved = json.loads((tmp_path / "gpu-acceptance.json").read_text())
+    assert saved == document and saved["complete"] is True
+    assert len(saved["stages"]) == 3
