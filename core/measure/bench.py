@@ -15,6 +15,8 @@ It reports, measured in the same process:
   reference implementation's formulation; :func:`time_plain_loop`), its samples/s and the
   speed-up of trm over it. It is timed before the trm loop, so it runs with the C library's
   default allocator settings (the trm loop may switch on :mod:`trm.device.host_memory` reuse).
+
+On a GPU both loops run at batches that fit its memory (:func:`choose_batches`).
 """
 
 from __future__ import annotations
@@ -220,6 +222,11 @@ def choose_batches(
     plain_fit = plain_plan.spec.runtime.micro_batch_size or spec.train.global_batch_size
     plain = min(batch, plain_fit)
     notes = [
+        f"planned {change.key}: {change.old} -> {change.new} ({change.reason})"
+        for change in planned.changes
+        if change.key != "runtime.micro_batch_size"
+    ]
+    notes += [
         f"trm's loop: {batch} samples a step"
         + (" (--batch)" if asked else f" (the {DEFAULT_MODE} plan's micro-batch)")
         + f", {planned.runtime.precision}, activation checkpointing "
@@ -312,7 +319,7 @@ def time_plain_loop(
     What a person would write from the paper and the reference code: the reference's
     token-major formulation of the network (``position_major=False``), no autocast, no
     compile; per step: gather the batch, zero the gradients, one supervision step, the ACT
-    loss, backward, the learning rate, the optimizer steps, EMA. Same data, seed, batch,
+    loss, backward, the learning rate, the optimizer steps, EMA. Same data, seed,
     optimizers and threads as the trm loop; no plugins, metrics or checkpoints.
     """
     import torch
@@ -477,10 +484,10 @@ def _memory_error(runtime: RuntimeChoice, loop: str, batch: int) -> Iterator[Non
     try:
         yield
     except Exception as exc:
-        plain_error = out_of_memory_error(runtime, loop, batch, exc)
-        if plain_error is None:
+        one_line = out_of_memory_error(runtime, loop, batch, exc)
+        if one_line is None:
             raise
-        raise plain_error from exc
+        raise one_line from exc
 
 
 def _gflops(peak: GemmPeak) -> float:
