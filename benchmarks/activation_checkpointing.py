@@ -86,7 +86,7 @@ def dataset_of(shape: str) -> Any:
 def estimate_bytes(shape: str, micro: int, setting: str, baseline_bytes: int) -> dict[str, int]:
     """The estimator's items (less the data loader's) for one row, by name."""
     from trm.hardware import HardwareProfile
-    from trm.plugins.memory_estimator import estimate_items
+    from trm.plugins.planning.memory_estimator import estimate_items
     from trm.runtime import RuntimeChoice
 
     runtime = RuntimeChoice("cpu", "fp32", 2, False, reuse_host_memory=True)

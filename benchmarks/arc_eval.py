@@ -16,9 +16,9 @@ import time
 
 import numpy as np
 
-from trm.plugins.arc import grids
-from trm.plugins.arc.evaluator import ArcEvaluator, ArcTestSet
-from trm.plugins.arc.tasks import ArcTask
+from trm.plugins.tasks.arc import grids
+from trm.plugins.tasks.arc.evaluator import ArcEvaluator, ArcTestSet
+from trm.plugins.tasks.arc.tasks import ArcTask
 
 ARC_AGI_1_TEST_ROWS = 385_815
 

@@ -19,9 +19,9 @@ import numpy as np
 from tables import print_record
 
 from trm.data.generation import resolve_workers
-from trm.plugins.maze import grid
-from trm.plugins.maze.generator import generate_many
-from trm.plugins.maze.source import PRESETS
+from trm.plugins.tasks.maze import grid
+from trm.plugins.tasks.maze.generator import generate_many
+from trm.plugins.tasks.maze.source import PRESETS
 
 
 def _processor() -> str:

@@ -205,7 +205,7 @@ def predicted_bytes(config: dict[str, Any], reuse: bool = False) -> tuple[int, d
     """Estimator total for the row, less the items the measurement leaves out; ``reuse``:
     the child kept freed host memory for reuse (trm.device.host_memory), as trm run does."""
     from trm.hardware import HardwareProfile
-    from trm.plugins.memory_estimator import estimate_items
+    from trm.plugins.planning.memory_estimator import estimate_items
     from trm.runtime import RuntimeChoice
 
     device, compiled = config["device"], config["compile"]
@@ -355,7 +355,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
 
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU multiplies bf16 natively, as trm's hardware profile sees it."""
-    from trm.plugins.system import detect
+    from trm.plugins.planning.system import detect
 
     return bool(detect().cpu_native_bf16)
 

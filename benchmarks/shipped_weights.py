@@ -47,7 +47,7 @@ from tables import print_rows
 import trm
 from trm.errors import TrmError
 from trm.plugin_manager import load_plugins
-from trm.plugins.checkpoint import best_checkpoint, list_checkpoints
+from trm.plugins.operations.checkpoint import best_checkpoint, list_checkpoints
 from trm.shipped import KindAccuracy, Machine, Manifest, file_sha256, shipped_dir
 from trm.train.held_out import kind_options, score_kind
 from trm.train.inference import checkpoint_spec, reduce_checkpoint, restore_model

@@ -15,8 +15,8 @@ import numpy as np
 from tables import print_record
 
 from trm.data.generation import resolve_workers
-from trm.plugins.sudoku.generator import generate_many
-from trm.plugins.sudoku.solver import is_valid_solution, solve
+from trm.plugins.tasks.sudoku.generator import generate_many
+from trm.plugins.tasks.sudoku.solver import is_valid_solution, solve
 
 
 def main() -> None:

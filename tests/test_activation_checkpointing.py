@@ -24,7 +24,8 @@ from trm.hardware import HardwareProfile
 from trm.memory import MemoryEstimate, MemoryItem
 from trm.model import ACTLoss, TinyRecursiveModel
 from trm.model.trm import RecursiveNet
-from trm.plugins import memory_guard, tiers
+from trm.plugins.operations import memory_guard
+from trm.plugins.planning import tiers
 from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec
 
 GIB = 2**30

@@ -18,8 +18,8 @@ from tests.conftest import assert_one_line_error
 from trm.data.puzzle_dataset import open_split, read_identifiers
 from trm.data.shape import read_shape
 from trm.device.contract import host_placement
-from trm.plugins.arc import grids
-from trm.plugins.arc.source import ArcBuildOptions, ArcSource
+from trm.plugins.tasks.arc import grids
+from trm.plugins.tasks.arc.source import ArcBuildOptions, ArcSource
 
 CONCEPT_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "arc"
 SOURCE = ArcSource()
@@ -556,7 +556,7 @@ def _arc_estimate(budget_bytes: int):
     from trm.data.shape import DatasetShape
     from trm.hardware import HardwareProfile
     from trm.memory import collect_estimate
-    from trm.plugins import memory_estimator
+    from trm.plugins.planning import memory_estimator
     from trm.runtime import RuntimeChoice
 
     shape = DatasetShape(seq_len=900, vocab_size=12, num_puzzle_identifiers=876_406)
@@ -593,7 +593,7 @@ def test_the_estimate_counts_the_puzzle_table_and_its_sign_sgd_buffers_not_in_th
 
 def test_tiers_never_shrink_the_puzzle_table_and_say_when_it_does_not_fit():
     from trm.hardware import HardwareProfile
-    from trm.plugins import tiers
+    from trm.plugins.planning import tiers
 
     spec = _paper_spec()
     # 3 GiB: the table and its EMA shadow alone (3.4 GiB) do not fit; shrinking cannot help

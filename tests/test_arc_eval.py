@@ -17,16 +17,16 @@ from tests.conftest import assert_one_line_error
 from trm import TrmError, hookimpl
 from trm.data.puzzle_dataset import PuzzleDatasetMetadata, open_split, write_split
 from trm.data.sampler import SplitIndex, TrainSampler
-from trm.plugins.arc import grids
-from trm.plugins.arc.evaluator import (
+from trm.plugins.tasks.arc import grids
+from trm.plugins.tasks.arc.evaluator import (
     PASS_KS,
     TRM_RULES,
     ArcEvaluator,
     ArcTestSet,
     candidate_key,
 )
-from trm.plugins.arc.source import ArcBuildOptions, ArcSource
-from trm.plugins.arc.tasks import ArcTask
+from trm.plugins.tasks.arc.source import ArcBuildOptions, ArcSource
+from trm.plugins.tasks.arc.tasks import ArcTask
 
 # ---------------------------------------------------------------------------------------------
 # The sampler
@@ -701,7 +701,7 @@ def test_trm_solve_takes_a_task_file_outside_the_dataset(arc_run, tmp_path, cli,
 
 
 def test_the_png_holds_the_grid_colours():
-    from trm.plugins.arc import render
+    from trm.plugins.tasks.arc import render
 
     grid = np.array([[0, 1], [4, 9]], dtype=np.uint8)  # no red, green or grey cells
     pixels = render.panel_rows([[(grid, render.frame_colour(True))]])

@@ -16,7 +16,7 @@ from trm.hardware import HardwareProfile
 from trm.model import ACTLoss, AdamATan2, TinyRecursiveModel, build_optimizers
 from trm.model.optim import fused_adamw_supported
 from trm.plugin_manager import load_plugins
-from trm.plugins import cpu, cuda, launch_env, mkl, mps
+from trm.plugins.backends import cpu, cuda, launch_env, mkl, mps
 from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec
 
 LARGE = ArchSpec()  # the paper's 512-wide network

@@ -10,9 +10,9 @@ import pytest
 
 from tests.conftest import error_lines
 from trm.data.puzzle_dataset import open_split
-from trm.plugins.sudoku import grid
-from trm.plugins.sudoku.generator import generate_puzzle
-from trm.plugins.sudoku.source import (
+from trm.plugins.tasks.sudoku import grid
+from trm.plugins.tasks.sudoku.generator import generate_puzzle
+from trm.plugins.tasks.sudoku.source import (
     DEFAULT_CLUES,
     SudokuBuildOptions,
     SudokuSource,

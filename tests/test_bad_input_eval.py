@@ -263,7 +263,7 @@ def _assert_unsolvable_report(tiny, cli, solver_name: str) -> None:
 
 
 def test_unsolvable_puzzle_is_reported_not_an_error(tiny, cli):
-    from trm.plugins.sudoku.source import SudokuSource
+    from trm.plugins.tasks.sudoku.source import SudokuSource
 
     if not hasattr(SudokuSource, "is_solvable"):
         pytest.skip("SudokuSource has no is_solvable yet")
@@ -274,14 +274,14 @@ def test_unsolvable_puzzle_is_reported_not_an_error(tiny, cli):
 
 def test_unsolvable_verdict_of_any_source_is_shown(tiny, cli, monkeypatch):
     """The CLI reports whatever the source's optional is_solvable says (a stand-in here)."""
-    from trm.plugins.sudoku.source import SudokuSource
+    from trm.plugins.tasks.sudoku.source import SudokuSource
 
     monkeypatch.setattr(SudokuSource, "is_solvable", lambda self, q: False, raising=False)
     _assert_unsolvable_report(tiny, cli, "sudoku")
 
 
 def test_solvable_is_null_when_the_source_cannot_say(tiny, cli, monkeypatch):
-    from trm.plugins.sudoku.source import SudokuSource
+    from trm.plugins.tasks.sudoku.source import SudokuSource
 
     if hasattr(SudokuSource, "is_solvable"):
         monkeypatch.delattr(SudokuSource, "is_solvable")

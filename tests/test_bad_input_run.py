@@ -304,7 +304,7 @@ def test_a_run_without_evaluation_does_not_claim_an_accuracy(tiny, tmp_path, cli
 
 
 def test_the_live_progress_line_never_wraps(monkeypatch, capsys):
-    from trm.plugins import progress
+    from trm.plugins.operations import progress
 
     display = progress.Progress()
     display.tty = True

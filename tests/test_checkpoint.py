@@ -35,7 +35,7 @@ from trm.cli.main import main
 from trm.data.shape import DatasetShape
 from trm.errors import TrmError
 from trm.plan.run_dir import estimate_checkpoint_bytes
-from trm.plugins import checkpoint as checkpoint_plugin
+from trm.plugins.operations import checkpoint as checkpoint_plugin
 from trm.spec import load_spec
 from trm.train.checkpoints import CheckpointSchedule, parse_interval
 

@@ -19,7 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trm.model.trm import TRMCarry
-from trm.plugins import checkpoint as checkpoint_plugin
+from trm.plugins.operations import checkpoint as checkpoint_plugin
 from trm.spec import RunSpec, TrainSpec
 from trm.state import TrainState
 from trm.train.checkpoints import Checkpointer, CheckpointSchedule

@@ -523,7 +523,7 @@ def test_the_benchmark_runs_each_configuration_and_seed_and_reports_them(tiny, t
 
 def test_the_shipped_laptop_recipe_loads_and_its_data_options_are_valid():
     from trm.contrib.curriculum import read_options as curriculum_options
-    from trm.plugins.sudoku.source import SudokuBuildOptions, validate_options
+    from trm.plugins.tasks.sudoku.source import SudokuBuildOptions, validate_options
     from trm.spec import load_spec, resolve_spec_path, structure_strict
 
     spec = load_spec(resolve_spec_path("sudoku9-laptop"))

@@ -12,8 +12,8 @@ from trm.hardware import GpuInfo, HardwareProfile
 from trm.memory import MemoryEstimate, MemoryItem
 from trm.model import EMA
 from trm.model.trm import TinyRecursiveModel
-from trm.plugins import memory_estimator, tiers
-from trm.plugins.cuda import CUDA
+from trm.plugins.backends.cuda import CUDA
+from trm.plugins.planning import memory_estimator, tiers
 from trm.runtime import RuntimeChoice
 from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec, load_spec, resolve_spec_path
 

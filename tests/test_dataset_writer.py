@@ -22,9 +22,9 @@ from trm.data.puzzle_dataset import (
     write_split,
 )
 from trm.errors import TrmError
-from trm.plugins.sudoku import grid, source
-from trm.plugins.sudoku.generator import generate_many
-from trm.plugins.sudoku.source import SudokuBuildOptions, SudokuSource
+from trm.plugins.tasks.sudoku import grid, source
+from trm.plugins.tasks.sudoku.generator import generate_many
+from trm.plugins.tasks.sudoku.source import SudokuBuildOptions, SudokuSource
 
 SEQ_LEN, VOCAB = 5, 7
 
@@ -272,7 +272,7 @@ def test_row_hashes_are_equal_for_equal_rows_and_collisions_never_change_the_tes
 _CHILD = """
 import json, sys
 from pathlib import Path
-from trm.plugins.sudoku.source import SudokuBuildOptions, SudokuSource
+from trm.plugins.tasks.sudoku.source import SudokuBuildOptions, SudokuSource
 options = SudokuBuildOptions(count=2200, augment=1000, test_count=10, workers=1)
 SudokuSource().build(options, Path(sys.argv[1]), 0, lambda line: None)
 status = Path("/proc/self/status").read_text().splitlines()

@@ -278,7 +278,7 @@ def test_a_rank_plans_with_its_share_of_the_nodes_cores_and_memory(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from trm.hardware import HardwareProfile
-    from trm.plugins.distributed import rank_share
+    from trm.plugins.operations.distributed import rank_share
 
     node = HardwareProfile(physical_cores=8, logical_cores=16, memory_budget_bytes=16 * 2**30)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -316,7 +316,7 @@ def test_the_distributed_plugin_is_off_without_torchrun(monkeypatch: pytest.Monk
 
 def test_the_estimate_counts_this_ranks_rows_of_the_carry() -> None:
     from trm.data.shape import DatasetShape
-    from trm.plugins.memory_estimator import estimate_items
+    from trm.plugins.planning.memory_estimator import estimate_items
     from trm.runtime import RuntimeChoice
     from trm.spec import load_spec, resolve_spec_path
 

@@ -17,8 +17,8 @@ from trm.data.shape import DatasetShape
 from trm.hardware import HardwareProfile
 from trm.memory import MemoryItem
 from trm.model.trm import TinyRecursiveModel
-from trm.plugins import memory_estimator
-from trm.plugins.cuda import CUDA
+from trm.plugins.backends.cuda import CUDA
+from trm.plugins.planning import memory_estimator
 from trm.runtime import RuntimeChoice
 from trm.spec import ArchSpec, RunSpec, TrainSpec
 from trm.testing import check_memory_estimator

@@ -22,7 +22,7 @@ from trm.device.rng import capture_rng, restore_rng
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile
 from trm.model.sparse_embedding import summed_per_id
-from trm.plugins import cpu, cuda, mps
+from trm.plugins.backends import cpu, cuda, mps
 from trm.spec import RunSpec, RuntimeSpec
 
 
@@ -249,7 +249,7 @@ def test_the_process_group_backend_comes_from_the_backends(monkeypatch):
 
 def test_mps_auto_precision_agrees_with_the_tiers():
     from trm.memory import MemoryEstimate
-    from trm.plugins import tiers
+    from trm.plugins.planning import tiers
 
     unified = MemoryEstimate(items=(), device_budget_bytes=16 * 2**30, unified_memory=True)
     assert tiers.native_bf16(HardwareProfile(), unified) is False

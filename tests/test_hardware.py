@@ -6,7 +6,7 @@ import json
 
 from trm.hardware import DeviceSpeed, GpuInfo, HardwareProfile, describe, merge_profiles
 from trm.measure.machine import load_cached_speeds, save_cached_speeds
-from trm.plugins import system
+from trm.plugins.planning import system
 
 
 def test_merge_keeps_the_first_known_value_and_leaves_unknowns_none():
@@ -65,7 +65,7 @@ def test_benchmark_cache_round_trips_per_machine(tmp_path, monkeypatch):
 
 
 def test_a_memory_cgroup_limit_is_found_in_v1_and_v2_and_the_tightest_wins(tmp_path):
-    from trm.plugins.system import cgroup_memory_limit
+    from trm.plugins.planning.system import cgroup_memory_limit
 
     root = tmp_path / "cgroup"
     v1 = root / "memory" / "jobs" / "trm"

@@ -11,7 +11,7 @@ import pytest
 
 from trm.device.host_memory import is_supported
 from trm.hardware import HardwareProfile
-from trm.plugins import cpu
+from trm.plugins.backends import cpu
 from trm.spec import RunSpec, RuntimeSpec
 
 needs_glibc = pytest.mark.skipif(not is_supported(), reason="glibc on Linux only")
@@ -135,7 +135,7 @@ def test_cpu_plugin_follows_runtime_host_memory(setting: str) -> None:
 
 def test_extreme_tier_runs_with_the_system_allocator_and_balanced_keeps_auto() -> None:
     from trm.memory import MemoryEstimate, MemoryItem
-    from trm.plugins import tiers
+    from trm.plugins.planning import tiers
 
     estimate = MemoryEstimate(items=(MemoryItem("weights", 2**20),), host_budget_bytes=2**34)
     estimate = attrs.evolve(estimate, remake=lambda spec: estimate)

@@ -22,7 +22,7 @@ from tests.reference_trm import ARCH_NAME, ReferenceLossHead, randomise
 from tests.tiny_run import build_tiny_data, checkpoint_steps, train_steps, write_spec
 from trm.cli.main import main
 from trm.model import build_model
-from trm.plugins.checkpoint import read_checkpoint
+from trm.plugins.operations.checkpoint import read_checkpoint
 from trm.train.inference import checkpoint_shape, restore_model
 
 STEP = 10

@@ -18,10 +18,10 @@ from trm.device.contract import host_placement
 from trm.errors import TrmError
 from trm.plan.dataset import data_sources
 from trm.plugin_manager import load_plugins
-from trm.plugins.maze import generator, grid
-from trm.plugins.maze.csv_import import write_maze_csv
-from trm.plugins.maze.generator import generate_many
-from trm.plugins.maze.source import PRESETS, MazeBuildOptions, MazeSource
+from trm.plugins.tasks.maze import generator, grid
+from trm.plugins.tasks.maze.csv_import import write_maze_csv
+from trm.plugins.tasks.maze.generator import generate_many
+from trm.plugins.tasks.maze.source import PRESETS, MazeBuildOptions, MazeSource
 
 SOURCE = MazeSource()
 HARD = PRESETS["hard"]
@@ -643,7 +643,7 @@ def test_a_small_trm_learns_to_find_paths_in_small_mazes(tmp_path):
     from trm.data.sampler import SplitIndex
     from trm.data.shape import read_shape
     from trm.model import build_model
-    from trm.plugins.maze.source import MazeSource
+    from trm.plugins.tasks.maze.source import MazeSource
     from trm.spec import load_spec
     from trm.train.evaluate import evaluate
 

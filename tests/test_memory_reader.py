@@ -77,8 +77,8 @@ def test_on_a_gpu_the_memory_reader_reads_ahead_and_pins_on_the_cpu_in_the_loop(
         ReaderChoice("memory", "test", 4),
         load_plugins([]),
     )
-    from trm.plugins.cpu import CPU
-    from trm.plugins.cuda import CUDA
+    from trm.plugins.backends.cpu import CPU
+    from trm.plugins.backends.cuda import CUDA
 
     gpu = open_reader(pm, split, choice, "cuda:0", CUDA)
     assert (gpu.name, gpu.prefetch_steps, gpu.pin_memory) == ("memory", 4, True)

@@ -23,8 +23,8 @@ from tests.test_arc_eval import _prize_files, _scored_arc_plugins, _task, arc_da
 from tests.tiny_run import build_tiny_data, summary, write_spec
 from trm.cli.main import main
 from trm.errors import TrmError
-from trm.plugins.arc.tasks import parse_grid
-from trm.plugins.wandb import ID_FILE, run_id
+from trm.plugins.tasks.arc.tasks import parse_grid
+from trm.plugins.trackers.wandb import ID_FILE, run_id
 
 __all__ = ["arc_data", "arc_run"]  # fixtures of test_arc_eval, used here too
 

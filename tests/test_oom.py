@@ -29,9 +29,9 @@ from trm.cli.main import main
 from trm.control import TrainControl
 from trm.device.contract import HOST
 from trm.device.oom import is_out_of_memory, memory_kind
-from trm.plugins import memory_guard
-from trm.plugins.cuda import CUDA
-from trm.plugins.mps import MPS
+from trm.plugins.backends.cuda import CUDA
+from trm.plugins.backends.mps import MPS
+from trm.plugins.operations import memory_guard
 from trm.spec import load_spec
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 
-from trm.plugins import progress
+from trm.plugins.operations import progress
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LINE = "step 200/800  720 samples/s  loss 0.1234  eval exact 99.0%  ETA 1m02s"

@@ -287,7 +287,7 @@ def test_import_trm_does_not_import_torch():
 
 
 def test_the_notebook_progress_line_is_rich_html_and_off_outside_a_kernel():
-    from trm.plugins.progress import NotebookLine, notebook_kernel
+    from trm.plugins.operations.progress import NotebookLine, notebook_kernel
 
     line = NotebookLine("step 3/10  100 samples/s", 0.3)
     assert repr(line) == "step 3/10  100 samples/s"

@@ -397,6 +397,6 @@ def test_eval_halting_steps_and_q_halt_accuracy_follow_the_q_head(runs):
 
 
 def test_faults_reads_leak_and_slow_amounts():
-    from trm.plugins.faults import Fault, parse_faults
+    from trm.plugins.operations.faults import Fault, parse_faults
 
     assert parse_faults("leak@3,slow@2:40") == [Fault("leak", 3, 4), Fault("slow", 2, 40)]

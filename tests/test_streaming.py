@@ -18,7 +18,7 @@ from trm.data.reader import MemoryReader, choose_reader
 from trm.data.sampler import SplitIndex, TrainSampler
 from trm.data.shape import read_shape
 from trm.hardware import HardwareProfile
-from trm.plugins import streaming
+from trm.plugins.operations import streaming
 from trm.spec import load_spec
 
 

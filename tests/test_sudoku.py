@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from trm.data.puzzle_dataset import open_split, read_identifiers
 from trm.data.source import DataSource
 from trm.errors import TrmError
-from trm.plugins import sudoku
-from trm.plugins.sudoku import generator, grid
-from trm.plugins.sudoku.augment import augment, augment_copies
-from trm.plugins.sudoku.csv_import import read_sudoku_csv
-from trm.plugins.sudoku.generator import generate_many, generate_puzzle
-from trm.plugins.sudoku.solver import count_solutions, is_valid_solution, solve
-from trm.plugins.sudoku.source import SudokuBuildOptions, SudokuSource
+from trm.plugins.tasks import sudoku
+from trm.plugins.tasks.sudoku import generator, grid
+from trm.plugins.tasks.sudoku.augment import augment, augment_copies
+from trm.plugins.tasks.sudoku.csv_import import read_sudoku_csv
+from trm.plugins.tasks.sudoku.generator import generate_many, generate_puzzle
+from trm.plugins.tasks.sudoku.solver import count_solutions, is_valid_solution, solve
+from trm.plugins.tasks.sudoku.source import SudokuBuildOptions, SudokuSource
 
 PUZZLE = "53..7....6..195....98....6.8...6...34..8.3..17...2...6.6....28....419..5....8..79"
 SOLUTION = "534678912672195348198342567859761423426853791713924856961537284287419635345286179"

@@ -21,9 +21,9 @@ from tests.tiny_run import (
     write_spec,
 )
 from trm import hookimpl
-from trm.plugins import thermal
-from trm.plugins.thermal.policy import ThermalSettings, battery_low, classify
-from trm.plugins.thermal.sensors import (
+from trm.plugins.operations import thermal
+from trm.plugins.operations.thermal.policy import ThermalSettings, battery_low, classify
+from trm.plugins.operations.thermal.sensors import (
     NvmlSensor,
     Reading,
     TemperatureReading,

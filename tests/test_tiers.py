@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from trm.hardware import HardwareProfile
 from trm.memory import MODE_TARGETS, MemoryEstimate, MemoryItem
-from trm.plugins import tiers
+from trm.plugins.planning import tiers
 from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec
 
 GIB = 2**30

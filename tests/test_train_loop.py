@@ -116,7 +116,7 @@ def test_a_sources_task_metrics_reach_eval_rows_and_trm_eval(data, tmp_path, cli
 
     import numpy as np
 
-    from trm.plugins.sudoku.source import SudokuSource
+    from trm.plugins.tasks.sudoku.source import SudokuSource
 
     def task_metrics(self, inputs, labels, predictions):
         return {"first_cell_rate": (predictions[:, 0] == labels[:, 0]).astype(np.float64)}

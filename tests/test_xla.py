@@ -73,7 +73,7 @@ def start_xla_runtime() -> None:
     """Start the XLA runtime before anything in this process runs a backward pass: autograd
     sizes its per-device queues at the first backward, so a CPU run before the XLA devices
     exist leaves none for them (an INTERNAL ASSERT in autograd's engine)."""
-    from trm.plugins.xla import XLA
+    from trm.plugins.backends.xla import XLA
 
     XLA.start()
 

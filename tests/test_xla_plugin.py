@@ -13,8 +13,8 @@ import pytest
 
 from tests.conftest import assert_one_line_error
 from trm.errors import TrmError
-from trm.plugins import xla
-from trm.plugins.xla import XlaDevices, check_divides, choose_xla_precision, tpu_generation
+from trm.plugins.backends import xla
+from trm.plugins.backends.xla import XlaDevices, check_divides, choose_xla_precision, tpu_generation
 from trm.spec import RunSpec
 
 HAS_TORCH_XLA = importlib.util.find_spec("torch_xla") is not None

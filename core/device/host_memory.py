@@ -11,7 +11,7 @@ the memory reused (``benchmarks/bench.py`` shows the whole-step effect).
 freed heap memory instead of trimming it (``mallopt``: ``M_MMAP_MAX`` 0, ``M_TRIM_THRESHOLD``
 at its largest), so the second step reuses the first step's pages. The process's resident
 memory then stays at its high-water mark instead of falling between steps, and the memory
-estimator (``plugins/memory_estimator.py``) counts heap slack for large activations too.
+estimator (``plugins/planning/memory_estimator.py``) counts heap slack for large activations too.
 Other C libraries (macOS, musl, Windows) are left alone.
 
 Kept memory can fragment: glibc cannot serve an aligned request from a freed block of exactly

@@ -12,7 +12,7 @@ found. Test outputs that are unknown count as ``[[0]]``, as the reference fills 
 :func:`plan_versions` makes exactly these draws with a :class:`numpy.random.RandomState`
 (the generator behind ``np.random.*``) and returns, per task, the dihedral ids and colour
 maps of its versions (the original first, as ``(0, identity)``); the builder then draws the
-translations from the same generator (:mod:`trm.plugins.arc.source`). A try whose dihedral
+translations from the same generator (:mod:`trm.plugins.tasks.arc.source`). A try whose dihedral
 id and colour map restricted to the task's colours equal an earlier try's is known to be a
 duplicate without augmenting the task again: the draws are still made, only the work is saved.
 """
@@ -25,8 +25,8 @@ from collections.abc import Callable
 import numpy as np
 from attrs import frozen
 
-from trm.plugins.arc import grids
-from trm.plugins.arc.tasks import ArcTask, Subset
+from trm.plugins.tasks.arc import grids
+from trm.plugins.tasks.arc.tasks import ArcTask, Subset
 
 RETRIES_FACTOR = 5
 DUMMY_OUTPUT = np.zeros((1, 1), dtype=np.uint8)

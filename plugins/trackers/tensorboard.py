@@ -21,7 +21,7 @@ from typing import Any
 
 from trm import hookimpl
 from trm.control import TrainControl
-from trm.plugins.metrics_tail import MetricsTail, is_main_process, read_hardware, scalars
+from trm.plugins.trackers.metrics_tail import MetricsTail, is_main_process, read_hardware, scalars
 from trm.spec import spec_to_dict, spec_to_toml
 from trm.state import TrainState
 

@@ -8,7 +8,7 @@ written in the reference puzzle-dataset format (:mod:`trm.data.puzzle_dataset`).
 from __future__ import annotations
 
 from trm import hookimpl
-from trm.plugins.maze.source import MazeSource
+from trm.plugins.tasks.maze.source import MazeSource
 
 ACTIVATION = "default"
 

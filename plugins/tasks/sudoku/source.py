@@ -29,11 +29,11 @@ from trm.data.puzzle_dataset import (
     write_split,
 )
 from trm.errors import TrmError
-from trm.plugins.sudoku import grid
-from trm.plugins.sudoku.augment import augment_copies
-from trm.plugins.sudoku.csv_import import csv_files, read_sudoku_csv
-from trm.plugins.sudoku.generator import generate_many
-from trm.plugins.sudoku.solver import count_solutions, is_valid_solution
+from trm.plugins.tasks.sudoku import grid
+from trm.plugins.tasks.sudoku.augment import augment_copies
+from trm.plugins.tasks.sudoku.csv_import import csv_files, read_sudoku_csv
+from trm.plugins.tasks.sudoku.generator import generate_many
+from trm.plugins.tasks.sudoku.solver import count_solutions, is_valid_solution
 
 SET_NAME = "all"
 IDENTIFIERS = ["<blank>"]

@@ -30,7 +30,7 @@ import numpy as np
 from attrs import frozen
 
 from trm.errors import TrmError
-from trm.plugins.arc.grids import MAX_SIDE
+from trm.plugins.tasks.arc.grids import MAX_SIDE
 
 # The subsets of each ARC version, in the reference's order, and the one whose test pairs
 # form the test split. ConceptARC ("concept") is added from a folder the user names.

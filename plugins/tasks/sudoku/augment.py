@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trm.plugins.sudoku.grid import box_shape
+from trm.plugins.tasks.sudoku.grid import box_shape
 
 
 def _line_permutations(

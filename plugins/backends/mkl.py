@@ -3,7 +3,7 @@
 Switched on with ``--plugins mkl``. When the run is on the CPU it checks which BLAS this
 torch build multiplies with (MKL and oneDNN on x86, Accelerate on macOS) and says so, and
 sets the math libraries' thread environment, which they read only when torch loads: the
-``trm`` command is re-launched once with it (see :mod:`trm.plugins.launch_env`); as a
+``trm`` command is re-launched once with it (see :mod:`trm.plugins.backends.launch_env`); as a
 library it prints the ``export`` line instead. Everything it did is added to the runtime's
 notices, which ``trm run`` and ``trm bench`` print at start.
 
@@ -27,7 +27,7 @@ import torch
 from attrs import frozen
 
 from trm import hookimpl
-from trm.plugins.launch_env import ensure_env
+from trm.plugins.backends.launch_env import ensure_env
 from trm.runtime import RuntimeChoice
 
 ACTIVATION = "opt-in"

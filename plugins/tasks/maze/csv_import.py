@@ -17,7 +17,7 @@ import numpy as np
 
 from trm.data.csv_records import csv_records
 from trm.errors import TrmError
-from trm.plugins.maze import grid
+from trm.plugins.tasks.maze import grid
 
 HEADER = ("source", "q", "a", "rating")
 _QUESTION_TOKENS = (grid.WALL, grid.OPEN, grid.START, grid.GOAL)

@@ -17,7 +17,7 @@ import random
 import numpy as np
 from attrs import frozen
 
-from trm.plugins.sudoku.grid import box_shape
+from trm.plugins.tasks.sudoku.grid import box_shape
 
 
 @frozen(eq=False)

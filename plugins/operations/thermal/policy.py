@@ -19,7 +19,7 @@ from attrs import frozen
 
 from trm.control import LEVELS
 from trm.errors import TrmError
-from trm.plugins.thermal.sensors import Reading, TemperatureReading
+from trm.plugins.operations.thermal.sensors import Reading, TemperatureReading
 
 DEFAULT_WARM_C, DEFAULT_HOT_C, DEFAULT_CRITICAL_C = 80.0, 90.0, 98.0
 HYSTERESIS_C = 5.0

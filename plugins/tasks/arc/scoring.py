@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from trm.data.evaluator import RunRows, TaskSolution
-from trm.plugins.arc.evaluator import PRIMARY_METRIC, ArcEvaluator, ArcTestSet
-from trm.plugins.arc.solve import solve_task
+from trm.plugins.tasks.arc.evaluator import PRIMARY_METRIC, ArcEvaluator, ArcTestSet
+from trm.plugins.tasks.arc.solve import solve_task
 
 EVAL_SPLIT = "test"
 
@@ -36,5 +36,5 @@ class ArcScoring:
         run: RunRows,
         picture: Path | None,
     ) -> TaskSolution:
-        """``trm solve`` for an ARC task (:func:`trm.plugins.arc.solve.solve_task`)."""
+        """``trm solve`` for an ARC task (:func:`trm.plugins.tasks.arc.solve.solve_task`)."""
         return solve_task(argument, data_dir, seq_len, run, picture)

@@ -14,7 +14,7 @@ wall layouts are drawn until one qualifies (at most ``max_layouts``):
    (in random order) become S, G when they are at least ``min_path`` steps apart, else the
    layout is dropped.
 
-The label's path is then :func:`trm.plugins.maze.grid.label_of`'s (the documented tie-break).
+The label's path is then :func:`trm.plugins.tasks.maze.grid.label_of`'s (the documented tie-break).
 For 30x30 mazes with 270-450 walls and ``min_path`` 111 this takes about 0.04 s per maze.
 """
 
@@ -28,7 +28,7 @@ from attrs import frozen
 
 from trm.data.generation import index_ranges, resolve_workers, run_jobs
 from trm.errors import TrmError
-from trm.plugins.maze import grid
+from trm.plugins.tasks.maze import grid
 
 # Wall layouts tried for one maze before giving up.
 DEFAULT_MAX_LAYOUTS = 20_000

@@ -7,7 +7,7 @@ written in the reference puzzle-dataset format (:mod:`trm.data.puzzle_dataset`).
 from __future__ import annotations
 
 from trm import hookimpl
-from trm.plugins.sudoku.source import SudokuSource
+from trm.plugins.tasks.sudoku.source import SudokuSource
 
 ACTIVATION = "default"
 

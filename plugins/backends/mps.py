@@ -4,7 +4,7 @@ On (``ACTIVATION = "auto"``) when PyTorch can use Metal. It answers ``configure_
 for ``runtime.device`` = auto or mps before the CPU backend. MPS has no float64 (the loss
 computes stable-max in float32 there) and some operators run only on the CPU: the fallback
 ``PYTORCH_ENABLE_MPS_FALLBACK=1`` is read when torch loads, so the plugin re-launches
-``trm`` with it set (see :mod:`trm.plugins.launch_env`).
+``trm`` with it set (see :mod:`trm.plugins.backends.launch_env`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from trm.device.compile import choose_compile
 from trm.device.contract import DeviceBackend
 from trm.hardware import HardwareProfile
 from trm.measure.flops import matmul_bound
-from trm.plugins.launch_env import ensure_env
+from trm.plugins.backends.launch_env import ensure_env
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 
@@ -44,7 +44,7 @@ def choose_mps_precision(setting: str, bf16_ok: bool) -> tuple[str, list[str]]:
     """``runtime.precision`` on MPS: (precision, notices).
 
     ``auto`` is fp32: Apple GPUs have no bf16 matrix units that autocast would use (the tiers
-    say the same, plugins/tiers.py ``native_bf16``), and bf16 on MPS is not measured faster
+    say the same, plugins/planning/tiers.py ``native_bf16``), and bf16 on MPS is not measured faster
     here (no Mac has run it). bf16 is used when asked for and macOS supports it (14+), else
     fp32; fp16 only when asked for (no loss scaling in the loop).
     """

@@ -52,9 +52,9 @@ from trm.data.puzzle_dataset import (
 )
 from trm.data.shape import DatasetShape
 from trm.errors import TrmError
-from trm.plugins.maze import grid
-from trm.plugins.maze.csv_import import count_rows, csv_files, read_maze_csv
-from trm.plugins.maze.generator import MazeParams, generate_many
+from trm.plugins.tasks.maze import grid
+from trm.plugins.tasks.maze.csv_import import count_rows, csv_files, read_maze_csv
+from trm.plugins.tasks.maze.generator import MazeParams, generate_many
 
 SET_NAME = "all"
 IDENTIFIERS = ["<blank>"]
@@ -482,7 +482,7 @@ class MazeSource:
         return grid.path_quality(question, answer)[1]
 
     def path_quality(self, question: np.ndarray, answer: np.ndarray) -> tuple[bool, bool]:
-        """``(valid, optimal)``: see :func:`trm.plugins.maze.grid.path_quality`."""
+        """``(valid, optimal)``: see :func:`trm.plugins.tasks.maze.grid.path_quality`."""
         return grid.path_quality(question, answer)
 
     def is_solvable(self, question: np.ndarray) -> bool:
@@ -495,7 +495,7 @@ class MazeSource:
         """Per-row float64 0/1 arrays ``valid_path_rate`` and ``optimal_path_rate``.
 
         ``inputs``, ``labels`` and ``predictions`` are ``[B, seq_len]`` tokens; only the
-        predicted ``o`` cells are judged (:func:`trm.plugins.maze.grid.path_quality`), so what
+        predicted ``o`` cells are judged (:func:`trm.plugins.tasks.maze.grid.path_quality`), so what
         is predicted on other cells does not matter. ``labels`` is not needed (the path is
         checked against the question itself).
         """

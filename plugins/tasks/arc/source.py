@@ -14,7 +14,7 @@ and so does this builder, to keep the generator in step).
 
 Puzzle identifiers: 0 is ``<blank>``; the versions get 1, 2, ... in train-split order, and a
 test puzzle has the identifier of the same version in train. ``identifiers.json`` lists the
-names (:func:`trm.plugins.arc.grids.augmented_name`); ``test_puzzles.json`` holds the test
+names (:func:`trm.plugins.tasks.arc.grids.augmented_name`); ``test_puzzles.json`` holds the test
 subset's original tasks in the ARC Prize layout.
 
 Memory: the tasks and the versions' dihedral ids and colour maps (11 bytes each) are held;
@@ -37,10 +37,10 @@ from attrs import field, frozen
 from trm.data.puzzle_dataset import IDENTIFIERS_FILE, PuzzleDatasetMetadata, SetSize, SplitWriter
 from trm.data.shape import DatasetShape
 from trm.errors import TrmError
-from trm.plugins.arc import grids
-from trm.plugins.arc.augment import TaskPlan, plan_versions
-from trm.plugins.arc.scoring import ArcScoring
-from trm.plugins.arc.tasks import (
+from trm.plugins.tasks.arc import grids
+from trm.plugins.tasks.arc.augment import TaskPlan, plan_versions
+from trm.plugins.tasks.arc.scoring import ArcScoring
+from trm.plugins.tasks.arc.tasks import (
     TEST_SUBSET,
     VERSION_SUBSETS,
     Subset,
@@ -240,7 +240,7 @@ def _place(
     side: int,
 ) -> None:
     """Write grids ``stack [n, h, w]`` into ``canvas`` rows ``rows`` at their offsets, with EOS
-    (:func:`trm.plugins.arc.grids.encode`, vectorised; ``canvas`` is C-contiguous)."""
+    (:func:`trm.plugins.tasks.arc.grids.encode`, vectorised; ``canvas`` is C-contiguous)."""
     _, h, w = stack.shape
     flat = canvas.reshape(-1)
     base = rows * (side * side)  # [n]

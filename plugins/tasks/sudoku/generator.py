@@ -23,8 +23,8 @@ import numpy as np
 
 from trm.data.generation import index_ranges, resolve_workers, run_jobs
 from trm.errors import TrmError
-from trm.plugins.sudoku.grid import box_shape
-from trm.plugins.sudoku.solver import (
+from trm.plugins.tasks.sudoku.grid import box_shape
+from trm.plugins.tasks.sudoku.solver import (
     Tables,
     masks_to_digits,
     search,

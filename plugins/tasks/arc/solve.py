@@ -4,7 +4,7 @@ TASK is a task id of the dataset's ``test_puzzles.json`` or a task JSON file (on
 ``{"train": [...], "test": [...]}``, id = the file's stem, or ``{task_id: task}`` with one
 entry). A task of the dataset (by id, or a file whose test inputs are those of a dataset
 task) is solved from all its rows in the test split — each augmented version with its own
-puzzle identifier, the answers voted on as in evaluation (:mod:`~trm.plugins.arc.evaluator`).
+puzzle identifier, the answers voted on as in evaluation (:mod:`~trm.plugins.tasks.arc.evaluator`).
 Any other task is solved from its test inputs as given, under the blank puzzle identifier:
 the model never trained a puzzle embedding for it, so its answer is a guess, and the output
 says so.
@@ -28,14 +28,14 @@ from trm.data.evaluator import RunRows, TaskSolution
 from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
 from trm.errors import TrmError
-from trm.plugins.arc import grids, render
-from trm.plugins.arc.evaluator import (
+from trm.plugins.tasks.arc import grids, render
+from trm.plugins.tasks.arc.evaluator import (
     TEST_PUZZLES_FILE,
     ArcEvaluator,
     ArcTestSet,
     Candidate,
 )
-from trm.plugins.arc.tasks import ArcTask, parse_task
+from trm.plugins.tasks.arc.tasks import ArcTask, parse_task
 
 TEST_SPLIT = "test"
 # Task ids listed in the error for an unknown id.

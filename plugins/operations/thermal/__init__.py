@@ -28,8 +28,8 @@ from typing import Any
 
 from trm import hookimpl
 from trm.control import LEVELS, ThermalEvent, TrainControl, fit_micro_batch
-from trm.plugins.thermal.policy import ThermalSettings, battery_low, classify
-from trm.plugins.thermal.sensors import (
+from trm.plugins.operations.thermal.policy import ThermalSettings, battery_low, classify
+from trm.plugins.operations.thermal.sensors import (
     Reading,
     Sensor,
     TraceSensor,

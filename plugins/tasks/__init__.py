@@ -1,0 +1,1 @@
+"""Data sources and their task rules: Sudoku, Maze, ARC (building, evaluating, solving)."""

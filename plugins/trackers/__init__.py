@@ -1,0 +1,1 @@
+"""Experiment trackers that mirror a run's metrics.jsonl: TensorBoard, Weights & Biases."""
