@@ -348,3 +348,13 @@ def test_the_script_from_run_without_a_command_is_one_line(generated_run, tmp_pa
     assert done.returncode == 2
     assert done.stderr.count("error:") == 1 and "--command" in done.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_the_manifest_names_the_accelerator_a_run_trained_on():
+    device_words = _script().device_words
+    hardware = {"accelerators": [{"kind": "cuda", "index": 0, "name": "NVIDIA H200"}]}
+    assert device_words("cuda:0", hardware) == "cuda:0 (NVIDIA H200)"
+    assert device_words("cuda", hardware) == "cuda (NVIDIA H200)"
+    assert device_words("cuda:1", hardware) == "cuda:1"  # no record of GPU 1
+    assert device_words("cpu", hardware) == "cpu"
+    assert device_words("cpu", {}) == "cpu"
