@@ -123,41 +123,20 @@ def reader_buffer_bytes(spec: RunSpec, dataset: DatasetShape, choice: ReaderChoi
     return prefetched + (split_bytes(dataset) if choice.name == "memory" else 0)
 
 
-class MemoryReader:
-    """The ``memory`` reader; see the module docstring.
+class PrefetchingReader:
+    """What the built-in readers share: a :class:`SplitIndex` over the split, each step's rows
+    gathered (and pinned when ``pin_memory``) on demand or, with ``prefetch_steps`` > 0, by a
+    background :class:`Prefetcher` the next steps ahead. A subclass sets ``name`` and decides
+    how the split's arrays are held; :meth:`batch` keeps the :class:`DataReader` contract."""
 
-    The split's token arrays stay the memory-mapped ones :func:`open_split` gives (no private
-    copy): :meth:`warm` reads each file through once so it is resident, in the page cache the
-    processes of a node share. With ``prefetch_steps`` > 0 a background thread gathers the
-    next steps' rows (and pins them when ``pin_memory``: for a CUDA device) while the loop
-    trains; with 0 each step is gathered when the loop asks.
-    """
+    name = "prefetching"
 
-    name = "memory"
-    WARM_CHUNK_BYTES = 8 * 2**20
-
-    def __init__(self, split: PuzzleSplit, prefetch_steps: int = 0, pin_memory: bool = False):
+    def __init__(self, split: PuzzleSplit, prefetch_steps: int, pin_memory: bool) -> None:
         self.index = SplitIndex(split)
         self.prefetch_steps = prefetch_steps
         self.pin_memory = pin_memory
-        self.warmed_bytes = sum(
-            self.warm(array) for s in split.sets.values() for array in (s.inputs, s.labels)
-        )
         self._examples: StepExamples | None = None
         self._prefetcher: Prefetcher | None = None
-
-    @classmethod
-    def warm(cls, array: np.ndarray) -> int:
-        """Read ``array``'s file through once (into the page cache); returns its bytes. An
-        array that is not memory-mapped is already in memory (0)."""
-        filename = getattr(array, "filename", None)
-        if not isinstance(array, np.memmap) or not filename:
-            return 0
-        read = 0
-        with open(filename, "rb", buffering=0) as handle:
-            while chunk := handle.read(cls.WARM_CHUNK_BYTES):
-                read += len(chunk)
-        return read
 
     def _gather(self, step: int) -> Batch:
         assert self._examples is not None
@@ -172,7 +151,7 @@ class MemoryReader:
 
     def batch(self, step: int) -> Batch:
         if self._examples is None:
-            raise RuntimeError("MemoryReader.batch before start")
+            raise RuntimeError(f"{type(self).__name__}.batch before start")
         if self._prefetcher is None:
             return self._gather(step)
         return self._prefetcher.get(step)
@@ -181,3 +160,36 @@ class MemoryReader:
         if self._prefetcher is not None:
             self._prefetcher.close()
             self._prefetcher = None
+
+
+class MemoryReader(PrefetchingReader):
+    """The ``memory`` reader; see the module docstring.
+
+    The split's token arrays stay the memory-mapped ones :func:`open_split` gives (no private
+    copy): :meth:`warm` reads each file through once so it is resident, in the page cache the
+    processes of a node share. With ``prefetch_steps`` > 0 a background thread gathers the
+    next steps' rows (and pins them when ``pin_memory``: for a CUDA device) while the loop
+    trains; with 0 each step is gathered when the loop asks.
+    """
+
+    name = "memory"
+    WARM_CHUNK_BYTES = 8 * 2**20
+
+    def __init__(self, split: PuzzleSplit, prefetch_steps: int = 0, pin_memory: bool = False):
+        super().__init__(split, prefetch_steps, pin_memory)
+        self.warmed_bytes = sum(
+            self.warm(array) for s in split.sets.values() for array in (s.inputs, s.labels)
+        )
+
+    @classmethod
+    def warm(cls, array: np.ndarray) -> int:
+        """Read ``array``'s file through once (into the page cache); returns its bytes. An
+        array that is not memory-mapped is already in memory (0)."""
+        filename = getattr(array, "filename", None)
+        if not isinstance(array, np.memmap) or not filename:
+            return 0
+        read = 0
+        with open(filename, "rb", buffering=0) as handle:
+            while chunk := handle.read(cls.WARM_CHUNK_BYTES):
+                read += len(chunk)
+        return read

@@ -14,49 +14,18 @@ when the split does not fit a quarter of the memory budget; see :mod:`trm.data.r
 from __future__ import annotations
 
 from trm import hookimpl
-from trm.data.prefetch import Prefetcher, pinned
+from trm.data.prefetch import Prefetcher
 from trm.data.puzzle_dataset import PuzzleSplit
-from trm.data.reader import Batch, ReaderChoice, StepExamples
-from trm.data.sampler import SplitIndex
+from trm.data.reader import PrefetchingReader, ReaderChoice
 
 ACTIVATION = "default"
 __all__ = ["Prefetcher", "StreamingReader", "open_dataset"]
 
 
-class StreamingReader:
+class StreamingReader(PrefetchingReader):
     """The ``stream`` reader: memory-mapped arrays, a background thread preparing batches."""
 
     name = "stream"
-
-    def __init__(self, split: PuzzleSplit, prefetch_steps: int, pin_memory: bool) -> None:
-        self.index = SplitIndex(split)
-        self.prefetch_steps = prefetch_steps
-        self.pin_memory = pin_memory
-        self._examples: StepExamples | None = None
-        self._prefetcher: Prefetcher | None = None
-
-    def _gather(self, step: int) -> Batch:
-        assert self._examples is not None
-        batch = self.index.gather(self._examples(step))
-        return pinned(batch) if self.pin_memory else batch
-
-    def start(self, examples_for_step: StepExamples, first_step: int) -> None:
-        self.close()
-        self._examples = examples_for_step
-        if self.prefetch_steps > 0:
-            self._prefetcher = Prefetcher(self._gather, self.prefetch_steps)
-
-    def batch(self, step: int) -> Batch:
-        if self._examples is None:
-            raise RuntimeError("StreamingReader.batch before start")
-        if self._prefetcher is None:
-            return self._gather(step)
-        return self._prefetcher.get(step)
-
-    def close(self) -> None:
-        if self._prefetcher is not None:
-            self._prefetcher.close()
-            self._prefetcher = None
 
 
 @hookimpl
