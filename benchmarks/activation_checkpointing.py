@@ -121,6 +121,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
     import psutil
     import torch
 
+    from trm.device.contract import host_placement
     from trm.device.host_memory import reuse_freed_memory
     from trm.model import EMA, TinyRecursiveModel, build_optimizers
     from trm.train.step import accumulate_gradients
@@ -143,7 +144,8 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
     optimizers = build_optimizers(model, spec.train)
     ema = EMA(model, spec.train.ema_rate)
     carry = model.initial_carry(batch)
-    device = torch.device("cpu")
+    placement = host_placement()
+    device = placement.device
     seconds = []
     for _ in range(config["steps"]):
         started = time.perf_counter()
@@ -158,7 +160,7 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
             micro_batch_size=micro,
             loss=spec.arch.loss,
             divisor=micro,
-            device=device,
+            placement=placement,
         )
         for rows, new_carry in pieces:
             carry.assign_rows(rows, new_carry)

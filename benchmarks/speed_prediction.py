@@ -38,6 +38,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.steps <= WARMUP_ROWS:
+        parser.error(f"--steps must be more than the {WARMUP_ROWS} warm-up rows it leaves out")
     with tempfile.TemporaryDirectory(prefix="trm-speed-check-") as tmp:
         work = Path(tmp)
         analysis = json.loads(trm("analyze", args.spec, "--json", cwd=work).stdout)

@@ -1,8 +1,9 @@
 """Time the Sudoku generator: N unique-solution puzzles with at most C clues.
 
-Usage: python benchmarks/sudoku_generation.py [--count 1000] [--clues 30] [--size 9]
+Usage: python benchmarks/sudoku_generation.py [--count 1000] [--clues 0] [--size 9]
 [--workers 0] [--seed 0] [--json]. Prints a small table, or with --json one JSON object.
 Only generation is timed; uniqueness, clue counts and backtracks are checked afterwards.
+``--clues 0`` (the default) is the size's default, as for ``trm data build sudoku`` (9x9: 30).
 """
 
 from __future__ import annotations
@@ -15,14 +16,18 @@ import numpy as np
 from tables import print_record
 
 from trm.data.generation import resolve_workers
+from trm.errors import TrmError
 from trm.plugins.tasks.sudoku.generator import generate_many
 from trm.plugins.tasks.sudoku.solver import is_valid_solution, solve
+from trm.plugins.tasks.sudoku.source import DEFAULT_CLUES
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1000, help="puzzles to generate")
-    parser.add_argument("--clues", type=int, default=30, help="most clues per puzzle")
+    parser.add_argument(
+        "--clues", type=int, default=0, help="most clues per puzzle (0 = the size's default)"
+    )
     parser.add_argument("--size", type=int, default=9, help="grid size: 4, 6 or 9")
     parser.add_argument("--min-backtracks", type=int, default=0, help="hardness knob")
     parser.add_argument("--workers", type=int, default=0, help="processes (0 = all cores)")
@@ -30,11 +35,15 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
 
+    args.clues = args.clues or DEFAULT_CLUES.get(args.size, 0)
     workers = resolve_workers(args.workers)
     started_s = time.perf_counter()
-    questions, solutions = generate_many(
-        args.count, args.size, args.clues, args.min_backtracks, seed=args.seed, workers=workers
-    )
+    try:
+        questions, solutions = generate_many(
+            args.count, args.size, args.clues, args.min_backtracks, seed=args.seed, workers=workers
+        )
+    except TrmError as exc:
+        parser.error(str(exc))
     seconds = time.perf_counter() - started_s
 
     clues = (questions > 0).sum(axis=(1, 2))
