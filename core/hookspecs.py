@@ -175,11 +175,17 @@ def on_train_start(state: TrainState, control: TrainControl) -> None:
 
 
 @hookspec(firstresult=True)
-def open_dataset(split: PuzzleSplit, choice: ReaderChoice, device: str) -> DataReader | None:
+def open_dataset(
+    split: PuzzleSplit, choice: ReaderChoice, device: str, pin_memory: bool
+) -> DataReader | None:
     """Return the reader that serves the train ``split`` for ``choice.name``, or None.
 
     Called once per run, after resuming, with the planned :class:`trm.data.reader.ReaderChoice`
-    (``memory`` or ``stream``, its reason and ``prefetch_steps``) and the run's device. The
+    (``memory`` or ``stream``, its reason and ``prefetch_steps``), the run's device and
+    ``pin_memory``: whether the run's backend copies batches from pinned host memory
+    (``DeviceBackend.pins_host_batches``: CUDA's, or a third party's that says so), which a
+    reader honours rather than guessing from the device's name. An implementation may take
+    any subset of these arguments. The
     first answer wins; when nobody answers, the core serves ``memory`` itself
     (:class:`trm.data.reader.MemoryReader`) and refuses any other name. The reader must
     follow :class:`trm.data.reader.DataReader`: ``batch(step)`` returns exactly the rows the

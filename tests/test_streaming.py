@@ -190,3 +190,51 @@ def test_a_run_resumes_with_another_reader(tiny, tmp_path, cli):
     assert result.code == 0, result.err
     assert "resumed from step 3" in result.err and "data reader: stream" in result.err
     assert summary(run_dir)["steps"] == 5
+
+
+def test_the_stream_reader_pins_where_the_backend_says_whatever_the_device_is_called(tiny):
+    """A third party's backend that copies from pinned memory gets pinned streamed batches
+    too (the reader used to guess from a device name starting with "cuda")."""
+    from trm.data.reader import ReaderChoice
+    from trm.plugin_manager import load_plugins
+    from trm.plugins.backends.cpu import CPU, CpuDevice
+    from trm.plugins.backends.cuda import CUDA
+    from trm.train.setup import open_reader
+
+    class PinningAccelerator(CpuDevice):
+        name = torch_type = "npu"
+        has_device_memory = pins_host_batches = True
+
+    split, choice = open_split(tiny.data / "train"), ReaderChoice("stream", "t", 2)
+    pm = load_plugins([])
+    npu = open_reader(pm, split, choice, "npu:0", PinningAccelerator())
+    assert (npu.name, npu.pin_memory) == ("stream", True)
+    gpu = open_reader(pm, split, choice, "cuda:0", CUDA)
+    assert gpu.pin_memory is True
+    cpu = open_reader(pm, split, choice, "cpu", CPU)
+    assert (cpu.name, cpu.pin_memory) == ("stream", False)
+
+
+def test_a_reader_plugin_written_for_the_older_hook_arguments_still_answers(tiny):
+    """``open_dataset`` gained ``pin_memory``; an implementation taking only the arguments it
+    had before (split, choice, device) is still called."""
+    from trm import hookimpl
+    from trm.data.reader import MemoryReader, ReaderChoice
+    from trm.plugin_manager import load_plugins
+    from trm.plugins.backends.cpu import CPU
+    from trm.train.setup import open_reader
+
+    seen = []
+
+    class OldReaderPlugin:
+        @hookimpl
+        def open_dataset(self, split, choice, device):
+            seen.append(device)
+            return MemoryReader(split) if choice.name == "old" else None
+
+    pm = load_plugins([])
+    pm.pm.register(OldReaderPlugin(), name="old-reader")
+    reader = open_reader(
+        pm, open_split(tiny.data / "train"), ReaderChoice("old", "t", 0), "cpu", CPU
+    )
+    assert isinstance(reader, MemoryReader) and seen == ["cpu"]

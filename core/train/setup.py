@@ -49,7 +49,9 @@ def open_reader(
 ) -> DataReader:
     """The reader ``open_dataset`` gives for ``choice``; the core serves ``memory`` itself,
     reading ahead for a device with memory of its own and pinning where ``backend`` asks."""
-    reader = pm.hook.open_dataset(split=split, choice=choice, device=device)
+    reader = pm.hook.open_dataset(
+        split=split, choice=choice, device=device, pin_memory=backend.pins_host_batches
+    )
     if reader is not None:
         return reader
     if choice.name == "memory":
