@@ -185,8 +185,8 @@ def open_dataset(
     ``pin_memory``: whether the run's backend copies batches from pinned host memory
     (``DeviceBackend.pins_host_batches``: CUDA's, or a third party's that says so), which a
     reader honours rather than guessing from the device's name. An implementation may take
-    any subset of these arguments. The
-    first answer wins; when nobody answers, the core serves ``memory`` itself
+    any subset of these arguments. The first answer wins; when nobody answers, the core
+    serves ``memory`` itself
     (:class:`trm.data.reader.MemoryReader`) and refuses any other name. The reader must
     follow :class:`trm.data.reader.DataReader`: ``batch(step)`` returns exactly the rows the
     sampler names for that step. The built-in ``streaming`` plugin answers ``stream``.

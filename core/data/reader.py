@@ -168,8 +168,8 @@ class MemoryReader(PrefetchingReader):
     The split's token arrays stay the memory-mapped ones :func:`open_split` gives (no private
     copy): :meth:`warm` reads each file through once so it is resident, in the page cache the
     processes of a node share. With ``prefetch_steps`` > 0 a background thread gathers the
-    next steps' rows (and pins them when ``pin_memory``: for a CUDA device) while the loop
-    trains; with 0 each step is gathered when the loop asks.
+    next steps' rows (and pins them when ``pin_memory``: the backend copies from pinned
+    memory) while the loop trains; with 0 each step is gathered when the loop asks.
     """
 
     name = "memory"
