@@ -13,7 +13,7 @@ order, each in a fresh child process:
 
 The child builds the model, optimizers and EMA as ``trm run`` does, on a synthetic global
 batch of one micro-batch, and takes ``--steps`` optimizer steps with the loop's own
-:func:`trm.train.step.accumulate_gradients` (then the carry write-back, the optimizer steps,
+:func:`trm.loop.step.accumulate_gradients` (then the carry write-back, the optimizer steps,
 the EMA update). Precision float32, eager (no torch.compile), 2 threads, freed host memory
 kept for reuse as trm run does on Linux/glibc.
 
@@ -123,8 +123,8 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
 
     from trm.device.contract import host_placement
     from trm.device.host_memory import reuse_freed_memory
+    from trm.loop.step import accumulate_gradients
     from trm.model import EMA, TinyRecursiveModel, build_optimizers
-    from trm.train.step import accumulate_gradients
 
     torch.set_num_threads(2)
     reuse_freed_memory()

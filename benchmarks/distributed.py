@@ -135,10 +135,10 @@ def worker(args: argparse.Namespace) -> None:
     from trm.data.shape import read_shape
     from trm.device import distributed
     from trm.device.contract import host_placement
+    from trm.loop.data_parallel import DataParallel
+    from trm.loop.step import accumulate_gradients
     from trm.model import build_model, build_optimizers
     from trm.spec import load_spec, resolve_spec_path
-    from trm.train.data_parallel import DataParallel
-    from trm.train.step import accumulate_gradients
 
     torch.set_num_threads(1)
     world = distributed.start()

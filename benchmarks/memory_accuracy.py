@@ -15,7 +15,7 @@ Each row runs in a fresh subprocess (so no allocator state, cache or page carrie
    peak *since the baseline*. Where clear_refs cannot be written, a thread samples the RSS
    every millisecond instead (psutil) and its maximum is used (the method is reported);
 3. build the model, optimizers and EMA exactly as ``trm run`` does, and run two optimizer
-   steps with the loop's own :func:`trm.train.step.accumulate_gradients` (over the row's
+   steps with the loop's own :func:`trm.loop.step.accumulate_gradients` (over the row's
    micro-batches of its global batch) followed by the carry write-back, the optimizer steps
    and the EMA update. The second step is the peak: the optimizer moments exist by then;
 4. measured = ``VmHWM`` - baseline RSS (CPU); on CUDA ``torch.cuda.max_memory_allocated``
@@ -270,9 +270,9 @@ def child(config: dict[str, Any]) -> dict[str, Any]:
 
     from trm.device.compile import compile_network
     from trm.device.host_memory import idle_heap_bytes, reuse_freed_memory
+    from trm.loop.step import accumulate_gradients
     from trm.model import EMA, TinyRecursiveModel, build_optimizers
     from trm.runtime import RuntimeChoice
-    from trm.train.step import accumulate_gradients
 
     torch.set_num_threads(2)
     device = torch.device(config["device"])

@@ -12,13 +12,13 @@ For each model of ``RECIPES`` (or only ``--only NAME``):
    its exact command recorded; or, with ``--from-run RUN_DIR``, take a finished run instead
    (``--command`` says the command that made it: a run directory does not record it);
 2. reduce the run's best checkpoint (``checkpoints/best.json``; else its newest) with
-   ``trm.train.inference.reduce_checkpoint`` — the EMA weights, the spec, the dataset shape,
+   ``trm.restore.reduce_checkpoint`` — the EMA weights, the spec, the dataset shape,
    the recursion in force — and write ``OUT/NAME.pt`` (default ``OUT``: the package folder
    ``weights/``), checked to load with ``torch.load(weights_only=True)``;
 3. score those reduced weights on each puzzle kind of the recipe: the run's ``[data.generate]``
    with the kind's overrides, built with the kind's seed (the run's own seed when the kind
    gives none: then it is the run's own held-out test split), the first ``count`` examples of
-   its test split (``trm.train.held_out.score_kind``, as ``trm eval NAME`` does);
+   its test split (``trm.evaluation.held_out.score_kind``, as ``trm eval NAME`` does);
 4. write ``OUT/NAME.json``, the manifest (``trm.shipped.Manifest``): command, seed, commit
    (``git rev-parse HEAD`` here, ``-dirty`` when tracked files differ from it; ``--commit``
    for a run made at another commit), machine (the run's hardware.json: the CPU as lscpu
@@ -46,11 +46,11 @@ from tables import print_rows
 
 import trm
 from trm.errors import TrmError
+from trm.evaluation.held_out import kind_options, score_kind
 from trm.plugin_manager import load_plugins
 from trm.plugins.operations.checkpoint import best_checkpoint, list_checkpoints
+from trm.restore import checkpoint_spec, reduce_checkpoint, restore_model
 from trm.shipped import KindAccuracy, Machine, Manifest, file_sha256, shipped_dir
-from trm.train.held_out import kind_options, score_kind
-from trm.train.inference import checkpoint_spec, reduce_checkpoint, restore_model
 
 REPO = Path(__file__).resolve().parent.parent
 EVAL_BATCH = 256

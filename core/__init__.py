@@ -1,29 +1,25 @@
 """trm: train Tiny Recursive Models on the hardware you have.
 
 Plugin authors need only ``from trm import hookimpl``; hook contracts live in
-:mod:`trm.hookspecs`. Scripts and notebooks call ``trm.train``, ``trm.load`` and
-``trm.estimate`` (docs/python-api.md); those names import torch, so they load on first use
-and ``import trm`` stays light for plugin authors.
+:mod:`trm.hookspecs`. Scripts and notebooks call :func:`trm.train`, ``trm.load`` and
+``trm.estimate`` (docs/python-api.md). Those import torch, so the API module loads on first
+use and ``import trm`` stays light for plugin authors. No module of the package imports this
+root: each imports what it needs from where it lives (the marker from :mod:`trm.hookspecs`,
+the version from :mod:`trm.version`), so the root's lazy imports close no cycle.
 """
 
 from __future__ import annotations
 
-import types
 from typing import TYPE_CHECKING, Any
 
-import pluggy
-
-__version__ = "0.1.0"
-
-hookimpl = pluggy.HookimplMarker("trm")
-
-from trm.errors import TrainingFailed, TrmError  # noqa: E402
+from trm.errors import TrainingFailed, TrmError
+from trm.hookspecs import hookimpl
+from trm.version import __version__
 
 if TYPE_CHECKING:
-    from trm.api import Estimate, Model, Run, Solution, estimate, load, train
+    from trm.api import Estimate, Model, Run, Solution, estimate, load
 
-# the public API (trm.api), imported when one of these names is first used; ``train`` is
-# also the name of the loop's package, which is made callable instead (TrainPackage)
+# the public API's names (trm.api), imported when one of them is first used
 _API_NAMES = ("Estimate", "Model", "Run", "Solution", "estimate", "load")
 
 __all__ = [
@@ -41,37 +37,19 @@ __all__ = [
 ]
 
 
-class TrainPackage(types.ModuleType):
-    """The class of the package ``trm.train`` (the training loop), which makes it callable:
-    ``trm.train(spec, ...)`` is :func:`trm.api.training.train`.
+def train(*args: Any, **kwargs: Any) -> Any:
+    """Train a run spec, as ``trm run`` does, and return its :class:`~trm.api.Run`.
 
-    The issue names the function ``trm.train`` while ``trm.train`` is the loop's package;
-    a function in its place would hide the package from ``import trm.train.loop`` users and
-    from tools that walk attributes (mock, monkeypatch). So the package stays a package and
-    calling it calls the API (imported on the first call, from the top of the layers).
+    The parameters and what each raises are those of :func:`trm.api.training.train`
+    (docs/python-api.md); this function only defers its import, which loads torch.
     """
+    from trm.api.training import train as train_spec
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from trm.api.training import train as run_spec
-
-        return run_spec(*args, **kwargs)
-
-    @property
-    def __signature__(self) -> Any:
-        import inspect
-
-        from trm.api.training import train as run_spec
-
-        return inspect.signature(run_spec)
+    return train_spec(*args, **kwargs)
 
 
 def __getattr__(name: str) -> Any:
-    """``trm.train`` (the loop's package, callable) and the other API names: imported on
-    first use."""
-    if name == "train":
-        import trm.train
-
-        return trm.train
+    """The Python API's names other than :func:`train`, imported on first use."""
     if name in _API_NAMES:
         from trm import api
 

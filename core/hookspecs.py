@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 PROJECT_NAME = "trm"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+# What a plugin marks its implementations with; ``trm.hookimpl`` is this marker.
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 # -------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 A shipped model NAME is two files in the package folder ``trm.weights`` (``weights/`` in the
 repository): ``NAME.pt``, a checkpoint reduced to what inference needs (see
-``trm.train.inference.reduce_checkpoint``; it loads with ``torch.load(weights_only=True)``),
+``trm.restore.reduce_checkpoint``; it loads with ``torch.load(weights_only=True)``),
 and ``NAME.json``, its :class:`Manifest` — how it was trained (exact command, seed, commit,
 machine, steps, wall time), what it scored on the held-out puzzles of each kind it was
 measured on, and the SHA-256 and size of ``NAME.pt``. ``benchmarks/shipped_weights.py``

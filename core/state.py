@@ -17,12 +17,12 @@ from typing import Any
 import torch
 from attrs import define, field
 
-import trm
 from trm.data.shape import DatasetShape
 from trm.device.contract import HOST, DeviceBackend
 from trm.device.rng import capture_rng, restore_rng
 from trm.errors import TrmError
 from trm.spec import RunSpec, spec_to_dict
+from trm.version import __version__
 
 MAX_LISTED_KEYS = 12
 
@@ -85,7 +85,7 @@ class TrainState:
         plugin's schedule changed them), whether activations are recomputed in backward
         (``activation_checkpointing``: memory-guard may have switched it on), the best
         evaluation, the resolved spec, the dataset shape and the trm version; ``device``, the
-        device it trained on (a resume on another says so: trm.train.device_failure);
+        device it trained on (a resume on another says so: trm.loop.device_failure);
         ``world_size``, the number of processes that trained it. Under data parallelism
         (``rank_parts`` set) the carry is every rank's rows concatenated in rank order — the
         global carry, as one process holds it — and ``ranks`` lists each rank's RNG states
@@ -109,7 +109,7 @@ class TrainState:
                 ],
             }
         payload = {
-            "trm_version": trm.__version__,
+            "trm_version": __version__,
             "spec": spec_to_dict(self.spec),
             "model": self.model.state_dict(),
             "optimizers": [opt.state_dict() for opt in self.optimizers],
@@ -148,7 +148,7 @@ class TrainState:
         Raises TrmError, listing the differing keys, when the payload's architecture, dataset
         shape or tensor shapes differ from this state's model. The carry stays where the
         payload holds it (the host): the caller takes this process's rows and moves only
-        those to the device (``trm.train.setup.resume``). Changed training settings are
+        those to the device (``trm.loop.setup.resume``). Changed training settings are
         allowed (the run continues with the new ones) and come back as warnings, since the
         continuation is then no longer the run the checkpoint began. A payload without
         optimizer or RNG states (``trm import``'s) keeps this state's fresh optimizers and
@@ -193,10 +193,10 @@ class TrainState:
         ]
         if rng_note and not rng_said:  # rng_said: the caller tells the user itself
             notes.append(f"{where}: {rng_note}")
-        if payload.get("trm_version") != trm.__version__:
+        if payload.get("trm_version") != __version__:
             notes.append(
                 f"{where} was written by trm {payload.get('trm_version')}, "
-                f"this is trm {trm.__version__}"
+                f"this is trm {__version__}"
             )
         return notes
 

@@ -11,9 +11,9 @@ import trm.model.layers
 import trm.model.trm
 from trm.control import accumulation_steps, fit_micro_batch
 from trm.device.contract import host_placement
+from trm.loop.step import SUM_KEYS, accumulate_gradients
 from trm.model import TinyRecursiveModel, TRMCarry
 from trm.spec import ArchSpec
-from trm.train.step import SUM_KEYS, accumulate_gradients
 
 CPU = torch.device("cpu")
 

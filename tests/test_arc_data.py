@@ -624,9 +624,9 @@ def test_the_cpu_preset_learns_held_out_cells_far_above_an_untrained_model(tmp_p
 
     from trm.cli.main import main
     from trm.data.sampler import SplitIndex
+    from trm.evaluation.evaluate import evaluate
     from trm.model import build_model
     from trm.spec import load_spec
-    from trm.train.evaluate import evaluate
 
     run_dir = tmp_path / "run"
     args = ["run", "arc-cpu", "--out", str(run_dir), "--set", "train.max_steps=120"]

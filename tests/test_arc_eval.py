@@ -477,8 +477,8 @@ def test_blank_unknown_and_unmatched_rows_are_ignored():
 
 
 def test_pooling_across_evaluations_is_off_by_default():
+    from trm.evaluation.task_evaluation import TaskEvaluation
     from trm.spec import TrainSpec
-    from trm.train.task_evaluation import TaskEvaluation
 
     rows = _Rows(_tasks(2), versions=1)  # one row per test input: one vote per evaluation
     assert TrainSpec().eval_pool is False
@@ -722,7 +722,7 @@ def test_the_png_holds_the_grid_colours():
 
 
 def test_the_best_evaluation_is_judged_by_the_primary_metric():
-    from trm.train.task_evaluation import record_best
+    from trm.evaluation.task_evaluation import record_best
 
     state = types.SimpleNamespace(
         best_metric="exact_accuracy", best_value=0.0, best_exact_accuracy=0.0, best_step=0, step=0

@@ -47,10 +47,10 @@ def test_a_plugin_importing_the_loop_breaks_a_contract(installed_copy, tmp_path)
     tree = tmp_path / "tree"
     shutil.copytree(installed_copy, tree)
     progress = tree / "trm" / "plugins" / "operations" / "progress.py"
-    progress.write_text(progress.read_text() + "\nfrom trm.train import Trainer  # noqa\n")
+    progress.write_text(progress.read_text() + "\nfrom trm.loop import Trainer  # noqa\n")
     result = _lint(tree)
     assert result.returncode != 0
     assert "Plugins and contrib never import the loop, the planner or the CLI BROKEN" in (
         " ".join(result.stdout.split())
     )
-    assert "trm.plugins.operations.progress -> trm.train" in result.stdout
+    assert "trm.plugins.operations.progress -> trm.loop" in result.stdout

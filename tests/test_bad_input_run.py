@@ -324,7 +324,7 @@ def test_log_lines_clear_a_live_progress_line_first(monkeypatch, capsys):
 
 
 def test_sigterm_says_sigterm_not_ctrl_c(capfd):
-    from trm.train.signals import StopRequests
+    from trm.loop.signals import StopRequests
 
     stops = StopRequests()
     stops._handle(signal.SIGTERM, None)

@@ -1,7 +1,7 @@
 """Benchmarks that call the training step directly keep working when its signature changes.
 
 benchmarks/activation_checkpointing.py measures each row in a child process that calls
-``trm.train.step.accumulate_gradients`` itself; when that function began to take a
+``trm.loop.step.accumulate_gradients`` itself; when that function began to take a
 ``placement`` instead of a ``device``, every row of the benchmark turned into an error line
 and no test noticed. These run one real row of each such benchmark, as small as it goes.
 """

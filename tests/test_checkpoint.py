@@ -34,10 +34,10 @@ from tests.tiny_run import (
 from trm.cli.main import main
 from trm.data.shape import DatasetShape
 from trm.errors import TrmError
+from trm.loop.checkpoints import CheckpointSchedule, parse_interval
 from trm.plan.run_dir import estimate_checkpoint_bytes
 from trm.plugins.operations import checkpoint as checkpoint_plugin
 from trm.spec import load_spec
-from trm.train.checkpoints import CheckpointSchedule, parse_interval
 
 
 @pytest.fixture(scope="module")

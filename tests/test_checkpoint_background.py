@@ -18,12 +18,12 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from trm.loop.checkpoints import Checkpointer, CheckpointSchedule
+from trm.metrics_log import Journal, MetricsLog
 from trm.model.trm import TRMCarry
 from trm.plugins.operations import checkpoint as checkpoint_plugin
 from trm.spec import RunSpec, TrainSpec
 from trm.state import TrainState
-from trm.train.checkpoints import Checkpointer, CheckpointSchedule
-from trm.train.metrics_log import Journal, MetricsLog
 
 
 class BlockingSaver:

@@ -535,9 +535,9 @@ def test_the_shipped_laptop_recipe_loads_and_its_data_options_are_valid():
 
 
 def test_the_loop_caps_a_depth_deeper_than_the_spec_and_says_so_once(tmp_path):
+    from trm.loop.requests import apply_recursion_requests
+    from trm.metrics_log import Journal, MetricsLog
     from trm.spec import RunSpec
-    from trm.train.metrics_log import Journal, MetricsLog
-    from trm.train.requests import apply_recursion_requests
 
     model, _ = _tiny_model()  # the spec's depth: (2, 3)
     spec = RunSpec(arch=model.arch)
@@ -561,7 +561,7 @@ def test_the_loop_caps_a_depth_deeper_than_the_spec_and_says_so_once(tmp_path):
 
 
 def test_eval_rebuilds_a_checkpoint_at_the_depth_it_was_trained_with(tiny, tmp_path):
-    from trm.train.inference import restore_model
+    from trm.restore import restore_model
 
     run_dir = tmp_path / "run"
     assert _run(tiny.spec, run_dir, "--plugins", BOTH, "--max-steps", "4") == 0

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from tests.tiny_run import TOTAL_STEPS, build_tiny_data, checkpoint_steps, summary, write_spec
-from trm.train.device_failure import device_changed, is_device_failure
+from trm.loop.device_failure import device_changed, is_device_failure
 
 FAIL_AT_STEP = 5
 

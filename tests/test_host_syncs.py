@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.tiny_run import GLOBAL_BATCH, build_tiny_data, write_spec
 from trm.cli.main import main
-from trm.train.loop import Trainer
+from trm.loop.loop import Trainer
 
 aten = torch.ops.aten
 SYNC_OPS = {

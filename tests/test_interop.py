@@ -23,7 +23,7 @@ from tests.tiny_run import build_tiny_data, checkpoint_steps, train_steps, write
 from trm.cli.main import main
 from trm.model import build_model
 from trm.plugins.operations.checkpoint import read_checkpoint
-from trm.train.inference import checkpoint_shape, restore_model
+from trm.restore import checkpoint_shape, restore_model
 
 STEP = 10
 SEQ_LEN, VOCAB = 16, 6  # the tiny 4x4 Sudoku dataset

@@ -12,9 +12,9 @@ from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
 from trm.data.shape import read_shape
 from trm.device.contract import host_placement
+from trm.evaluation.evaluate import evaluate
 from trm.model import build_model
 from trm.spec import load_spec
-from trm.train.evaluate import evaluate
 
 SPEC = """
 name = "learn-test"

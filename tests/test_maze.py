@@ -642,10 +642,10 @@ def test_a_small_trm_learns_to_find_paths_in_small_mazes(tmp_path):
     from trm.data.puzzle_dataset import open_split
     from trm.data.sampler import SplitIndex
     from trm.data.shape import read_shape
+    from trm.evaluation.evaluate import evaluate
     from trm.model import build_model
     from trm.plugins.tasks.maze.source import MazeSource
     from trm.spec import load_spec
-    from trm.train.evaluate import evaluate
 
     spec_path = tmp_path / "maze.toml"
     spec_path.write_text(LEARN_SPEC)

@@ -69,8 +69,8 @@ def test_the_memory_reader_prefetches_as_many_steps_as_the_spec_says(data):
 
 def test_on_a_gpu_the_memory_reader_reads_ahead_and_pins_on_the_cpu_in_the_loop(data):
     from trm.data.reader import ReaderChoice
+    from trm.loop.setup import open_reader
     from trm.plugin_manager import load_plugins
-    from trm.train.setup import open_reader
 
     split, choice, pm = (
         open_split(data / "train"),

@@ -18,6 +18,7 @@ from tests.conftest import assert_one_line_error
 from tests.tiny_run import build_tiny_data, metrics, summary, write_spec
 from trm.cli.main import main
 from trm.device.contract import host_placement
+from trm.evaluation.evaluate import add_halting_sums, halting_metrics, run_all_steps
 from trm.model import TinyRecursiveModel
 from trm.report.detect import (
     LEAK_MB_PER_1K_STEPS,
@@ -26,7 +27,6 @@ from trm.report.detect import (
     detect_slowdown,
 )
 from trm.spec import load_spec
-from trm.train.evaluate import add_halting_sums, halting_metrics, run_all_steps
 
 STEPS = 30
 # Every step of these runs waits STEP_FLOOR_MS more (the faults plugin's ``slow``), so the

@@ -26,7 +26,10 @@ from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
 from trm.device.contract import HOST, Placement
 from trm.errors import TrmError
+from trm.evaluation.evaluate import predict_with_halt
+from trm.evaluation.held_out import kind_options
 from trm.plugin_manager import load_plugins
+from trm.restore import SHIPPED_KEYS, reduce_checkpoint, restore_model
 from trm.shipped import (
     SHIPPED_DIR_ENV,
     file_sha256,
@@ -37,9 +40,6 @@ from trm.shipped import (
     shipped_names,
 )
 from trm.spec import load_spec, resolve_spec_path
-from trm.train.evaluate import predict_with_halt
-from trm.train.held_out import kind_options
-from trm.train.inference import SHIPPED_KEYS, reduce_checkpoint, restore_model
 
 REPO = Path(__file__).resolve().parent.parent
 # A 4x4 puzzle of 6 clues that the shipped quickstart model solves (checked below).

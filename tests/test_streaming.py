@@ -196,10 +196,10 @@ def test_the_stream_reader_pins_where_the_backend_says_whatever_the_device_is_ca
     """A third party's backend that copies from pinned memory gets pinned streamed batches
     too (the reader used to guess from a device name starting with "cuda")."""
     from trm.data.reader import ReaderChoice
+    from trm.loop.setup import open_reader
     from trm.plugin_manager import load_plugins
     from trm.plugins.backends.cpu import CPU, CpuDevice
     from trm.plugins.backends.cuda import CUDA
-    from trm.train.setup import open_reader
 
     class PinningAccelerator(CpuDevice):
         name = torch_type = "npu"
@@ -220,9 +220,9 @@ def test_a_reader_plugin_written_for_the_older_hook_arguments_still_answers(tiny
     had before (split, choice, device) is still called."""
     from trm import hookimpl
     from trm.data.reader import MemoryReader, ReaderChoice
+    from trm.loop.setup import open_reader
     from trm.plugin_manager import load_plugins
     from trm.plugins.backends.cpu import CPU
-    from trm.train.setup import open_reader
 
     seen = []
 

@@ -20,9 +20,11 @@ import torch
 from trm.api.log import Log, say
 from trm.data.evaluator import RunRows, TaskSolution
 from trm.errors import TrmError
+from trm.evaluation.evaluate import confidence, predict_with_halt, run_all_steps
 from trm.plan.dataset import find_data_source
 from trm.plan.pipeline import detect_hardware, runtime_here
 from trm.plugin_manager import TrmPluginManager, load_plugins
+from trm.restore import check_eval_data, checkpoint_shape, checkpoint_spec, restore_model
 from trm.runtime import RuntimeChoice
 from trm.shipped import (
     CHECKPOINT_SUFFIX,
@@ -33,8 +35,6 @@ from trm.shipped import (
     shipped_names,
 )
 from trm.spec import RunSpec
-from trm.train.evaluate import confidence, predict_with_halt, run_all_steps
-from trm.train.inference import check_eval_data, checkpoint_shape, checkpoint_spec, restore_model
 
 # Rows ``solve_task`` runs through the model at once for a task of many rows.
 SOLVE_BATCH = 64

@@ -23,6 +23,8 @@ from trm.api.specs import SpecLike, read_spec
 from trm.device import distributed
 from trm.device.distributed import World
 from trm.errors import RankZeroStopped, TrmError
+from trm.loop import Trainer
+from trm.loop.checkpoints import parse_interval
 from trm.measure.stage_speed import time_depths
 from trm.memory import DEFAULT_MODE, EXTREME_RISKS
 from trm.paths import default_run_dir
@@ -43,8 +45,6 @@ from trm.plan.run_dir import (
 )
 from trm.plugin_manager import TrmPluginManager, load_plugins
 from trm.spec import RunSpec
-from trm.train import Trainer
-from trm.train.checkpoints import parse_interval
 
 if TYPE_CHECKING:
     from trm.report.build import Report

@@ -32,10 +32,10 @@ from trm.data.evaluator import TaskEvaluator
 from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
 from trm.errors import TrmError
+from trm.evaluation.evaluate import evaluate
+from trm.evaluation.held_out import score_kind
+from trm.restore import check_eval_data
 from trm.shipped import Manifest
-from trm.train.evaluate import evaluate
-from trm.train.held_out import score_kind
-from trm.train.inference import check_eval_data
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -1,6 +1,6 @@
 """``trm export RUN_DIR --format reference --out DIR [--uncompiled]``: a trm run's newest
 checkpoint (or a checkpoint file) as the reference implementation's ``step_N`` and
-``all_config.yaml`` (see ``trm.train.interop.exporter`` and docs/interop.md)."""
+``all_config.yaml`` (see ``trm.interop.exporter`` and docs/interop.md)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import shlex
 from pathlib import Path
 
 from trm.cli.output import info, print_json
+from trm.interop.exporter import FORMATS, export_reference
 from trm.plugin_manager import load_plugins
-from trm.train.interop.exporter import FORMATS, export_reference
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -1,7 +1,7 @@
 """``trm import CHECKPOINT [--config FILE] [--data DIR] [--source NAME] --out RUN_DIR``:
 a checkpoint of the reference implementation becomes a trm run directory that ``trm eval``,
 ``trm solve``, ``trm report`` and ``trm run RUN_DIR/spec.toml --out RUN_DIR`` accept (see
-``trm.train.interop.importer`` and docs/interop.md)."""
+``trm.interop.importer`` and docs/interop.md)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import argparse
 from pathlib import Path
 
 from trm.cli.output import info, print_json
+from trm.interop.importer import import_reference
 from trm.plugin_manager import load_plugins
-from trm.train.interop.importer import import_reference
 
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -13,7 +13,6 @@ import sys
 import traceback
 from collections.abc import Sequence
 
-from trm import __version__
 from trm.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -25,6 +24,7 @@ from trm.cli.common import (
 from trm.cli.output import error, rank, set_rank
 from trm.device.distributed import env_world
 from trm.errors import TrainingFailed, TrmError
+from trm.version import __version__
 
 
 def build_parser() -> argparse.ArgumentParser:

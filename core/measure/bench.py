@@ -1,6 +1,6 @@
 """``trm bench``: how fast the real training loop runs, against the machine's own limit.
 
-The bench trains the spec's model with the real loop (:class:`trm.train.Trainer`, the same
+The bench trains the spec's model with the real loop (:class:`trm.loop.Trainer`, the same
 optimizer step, data gathering, metrics and plugins as ``trm run``) on a small data set
 built by the spec's data source, and times each optimizer step from the ``on_step`` hook.
 A *sample* is one puzzle through one supervision step, so a step of batch B is B samples.
@@ -33,11 +33,12 @@ import attrs
 import psutil
 from attrs import frozen
 
-from trm import hookimpl
 from trm.data.shape import read_shape
 from trm.device.oom import is_out_of_memory
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile
+from trm.hookspecs import hookimpl
+from trm.loop import Trainer
 from trm.measure.flops import model_flops
 from trm.measure.peak import GemmPeak, measure_gemm_peak
 from trm.memory import DEFAULT_MODE
@@ -46,7 +47,6 @@ from trm.plan.pipeline import plan_run
 from trm.plugin_manager import load_plugins
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
-from trm.train import Trainer
 
 # Plugins a bench switches off: the live display and checkpoint writes are not the loop's
 # speed (an interval checkpoint could land inside a timed step).

@@ -2,7 +2,7 @@
 
 On (``ACTIVATION = "auto"``) when torchrun's environment is present (RANK, WORLD_SIZE,
 LOCAL_RANK). The core does the data-parallel training itself (trm.device.distributed,
-trm.train.data_parallel: the process group, the slices of the global batch, the all-reduce,
+trm.loop.data_parallel: the process group, the slices of the global batch, the all-reduce,
 rank-0 writes); this plugin makes the *plan* per rank, since the ranks of one node share it:
 
 - cores: each rank plans with ``OMP_NUM_THREADS`` cores when that is set (torchrun sets 1

@@ -484,7 +484,7 @@ def _dataset_bytes(
     if sharing > 1:  # page cache of the memory-mapped files, one copy per node
         held //= sharing
         shared = f" (a 1/{sharing} share: the node's {sharing} ranks share its page cache)"
-    ahead = choice.prefetch_steps if on_device else 0  # trm.train.setup.open_reader
+    ahead = choice.prefetch_steps if on_device else 0  # trm.loop.setup.open_reader
     note = (
         f"memory reader: {how} in memory{shared}, the batch of {global_batch} rows (int64) "
         f"and {ahead} prefetched, the index"
@@ -618,7 +618,7 @@ def estimate_items(
             F32 * (s.params + s.buffers_persistent + ema_params + states * s.params)
             + global_batch * (2 * F32 * pd + 4 + 1 + dataset.seq_len * 2 * I64 + I64),
             "rank 0's host copy of a checkpoint while a background thread writes it "
-            "(trm.train.checkpoints): weights, puzzle table, EMA, optimizer states, the "
+            "(trm.loop.checkpoints): weights, puzzle table, EMA, optimizer states, the "
             "global carry",
             location="host",
         )

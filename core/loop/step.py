@@ -2,7 +2,7 @@
 update at the learning rate of this update.
 
 A step is all or nothing: the carry is written back only after every micro-batch succeeded,
-so a step that fails (out of memory) can be undone and retried by :mod:`trm.train.oom_retry`.
+so a step that fails (out of memory) can be undone and retried by :mod:`trm.loop.oom_retry`.
 
 The step never waits for the device until its end: the loss and metric sums of every
 micro-batch are added on the device, in one vector, and after the update and the backend's
@@ -24,9 +24,9 @@ from attrs import frozen
 from trm.device.contract import Placement
 from trm.device.oom import is_out_of_memory
 from trm.errors import TrainingFailed
+from trm.loop.data_parallel import DataParallel
 from trm.model import ACTLoss, TinyRecursiveModel, TRMCarry, lr_at_step
 from trm.state import TrainState, last_good
-from trm.train.data_parallel import DataParallel
 
 # The sums a step adds on the device, in the order of its sums vector: the loss, then
 # ACTLoss's metric sums (``q_continue_loss`` and ``steps`` are 0 where the model has none).
@@ -50,7 +50,7 @@ class StepSetup:
     ``placement``: the backend, device and autocast dtype. ``parallel`` (None: one process)
     is this rank's share of a data-parallel run: the batch holds its ``rows`` of the global
     batch, and the gradients and sums are all-reduced before the update
-    (:mod:`trm.train.data_parallel`)."""
+    (:mod:`trm.loop.data_parallel`)."""
 
     placement: Placement
     loss: str

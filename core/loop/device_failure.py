@@ -1,7 +1,7 @@
 """A device that fails mid-run, and a run continued on another device.
 
 A failure of the device itself — an illegal memory access, a device-side assert, a GPU that
-fell off the bus — is not out of memory (:mod:`~trm.train.oom_retry` handles that) and cannot
+fell off the bus — is not out of memory (:mod:`~trm.loop.oom_retry` handles that) and cannot
 be retried: the device's state is gone. PyTorch raises ``torch.AcceleratorError`` for every
 such error of an accelerator's API (CUDA, HIP, XPU, MPS; PyTorch >= 2.8), so the loop
 recognises it by type, with no branch on the device kind. The run stops without a checkpoint

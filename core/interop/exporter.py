@@ -19,21 +19,21 @@ import torch
 from attrs import frozen
 
 from trm.errors import TrmError
-from trm.plugin_manager import TrmPluginManager
-from trm.train.inference import checkpoint_shape, restore_model
-from trm.train.interop.importer import check_output
-from trm.train.interop.reference_config import (
+from trm.interop.importer import check_output
+from trm.interop.reference_config import (
     CONFIG_FILE,
     FORWARD_DTYPES,
     needs_zero_table,
     reference_config,
     write_config,
 )
-from trm.train.interop.reference_weights import (
+from trm.interop.reference_weights import (
     INIT_STATES,
     PUZZLE_TABLE,
     to_reference_weights,
 )
+from trm.plugin_manager import TrmPluginManager
+from trm.restore import checkpoint_shape, restore_model
 
 Log = Callable[[str], None]
 FORMATS = ("reference",)

@@ -22,11 +22,11 @@ from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
 from trm.device.contract import Placement
 from trm.errors import TrmError
+from trm.evaluation.evaluate import evaluate
 from trm.plan.dataset import build_options, find_data_source
 from trm.plugin_manager import TrmPluginManager
+from trm.restore import check_eval_data
 from trm.spec import CONVERTER, RunSpec
-from trm.train.evaluate import evaluate
-from trm.train.inference import check_eval_data
 
 
 @define(frozen=True)

@@ -28,23 +28,23 @@ from attrs import define, field, frozen
 from trm.data.puzzle_dataset import read_identifiers
 from trm.data.shape import DatasetShape, read_shape
 from trm.errors import TrmError
-from trm.model import EMA, build_model
-from trm.plugin_manager import TrmPluginManager
-from trm.spec import RunSpec, spec_to_toml
-from trm.state import TrainState
-from trm.train.interop.reference_config import (
+from trm.interop.reference_config import (
     CONFIG_FILE,
     MappedConfig,
     read_config,
     spec_from_reference,
 )
-from trm.train.interop.reference_weights import (
+from trm.interop.reference_weights import (
     PUZZLE_TABLE,
     as_state_dict,
     load_torch_file,
     strip_compiled_prefix,
     to_trm_weights,
 )
+from trm.model import EMA, build_model
+from trm.plugin_manager import TrmPluginManager
+from trm.spec import RunSpec, spec_to_toml
+from trm.state import TrainState
 
 Log = Callable[[str], None]
 STEP_FILE = re.compile(r"^step_(\d+)$")

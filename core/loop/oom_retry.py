@@ -1,7 +1,7 @@
 """Out of memory in a step: undo it, ask the plugins for less memory, take it again.
 
 On out of memory in a forward or backward the step is undone — gradients dropped, the RNG
-restored, the carry never written (see :mod:`trm.train.step`), the error's frames released —
+restored, the carry never written (see :mod:`trm.loop.step`), the error's frames released —
 and ``on_out_of_memory`` asks the plugins for less memory: activation checkpointing switched
 on (the micro-batch is kept) or a smaller micro-batch. The same examples then run again with
 the same exploration draws. With neither the run fails.
@@ -25,11 +25,11 @@ from trm.device.compile import (
 from trm.device.oom import is_out_of_memory
 from trm.device.rng import capture_rng, restore_rng
 from trm.errors import TrainingFailed
+from trm.loop.requests import apply_activation_checkpointing_request, set_micro_batch
+from trm.loop.step import StepSetup, attempt_step
+from trm.metrics_log import Journal
 from trm.plugin_manager import TrmPluginManager
 from trm.state import TrainState, last_good, recomputes_activations
-from trm.train.metrics_log import Journal
-from trm.train.requests import apply_activation_checkpointing_request, set_micro_batch
-from trm.train.step import StepSetup, attempt_step
 
 
 def take_step(

@@ -20,11 +20,11 @@ from trm.data.sampler import SplitIndex
 from trm.device import distributed
 from trm.device.contract import Placement
 from trm.device.oom import is_out_of_memory
+from trm.evaluation.task_evaluation import TaskEvaluation, record_best
+from trm.metrics_log import Journal
 from trm.model import ACTLoss
 from trm.plugin_manager import TrmPluginManager
 from trm.state import TrainState
-from trm.train.metrics_log import Journal
-from trm.train.task_evaluation import TaskEvaluation, record_best
 
 IGNORE_LABEL = -100
 TaskMetrics = Callable[[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]

@@ -3,15 +3,15 @@ after-step function.
 
 Each optimizer step reads the step's examples (a pure function of the seed and the step),
 runs each micro-batch through one supervision step of its rows' carry, accumulates gradients
-and updates (:mod:`~trm.train.step`; out of memory is undone and retried by
-:mod:`~trm.train.oom_retry`). Between steps, :meth:`Trainer.after_step` does, in this order:
+and updates (:mod:`~trm.loop.step`; out of memory is undone and retried by
+:mod:`~trm.loop.oom_retry`). Between steps, :meth:`Trainer.after_step` does, in this order:
 ``on_step``, thermal events, evaluation when due, a requested micro-batch, recursion depth
 and halting exploration, activation checkpointing, checkpoint
-(:mod:`~trm.train.checkpoints`), the plugins' messages, then a requested pause. Plugins see
+(:mod:`~trm.loop.checkpoints`), the plugins' messages, then a requested pause. Plugins see
 the run through hooks and act on it only through ``TrainControl``.
 
 Under torchrun every rank runs this loop on its rows of each global batch
-(:mod:`~trm.train.data_parallel`): the ranks agree after each step whether to stop,
+(:mod:`~trm.loop.data_parallel`): the ranks agree after each step whether to stop,
 checkpoint or pause, so they always take the same steps; rank 0 alone writes metrics.jsonl,
 summary.json and the checkpoints.
 """
@@ -31,24 +31,24 @@ from trm.data.reader import ReaderChoice, choose_reader
 from trm.data.shape import read_shape
 from trm.device import distributed
 from trm.device.host_memory import reuse_freed_memory
+from trm.evaluation.evaluate import evaluate_in_run
 from trm.hardware import HardwareProfile
+from trm.interop.init_from import start_from_weights
+from trm.loop import requests
+from trm.loop.checkpoints import Checkpointer, CheckpointSchedule
+from trm.loop.data_parallel import DataParallel, Decision
+from trm.loop.device_failure import device_failure, is_device_failure
+from trm.loop.oom_retry import take_step
+from trm.loop.setup import RunData, first_carry, new_state, open_data, resume
+from trm.loop.signals import StopRequests
+from trm.loop.step import StepSetup, step_record
+from trm.metrics_log import Journal, MetricsLog
 from trm.plugin_manager import TrmPluginManager
 from trm.report.detect import detect
 from trm.report.runs import read_metrics
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.state import TrainState, weights_sha256
-from trm.train import requests
-from trm.train.checkpoints import Checkpointer, CheckpointSchedule
-from trm.train.data_parallel import DataParallel, Decision
-from trm.train.device_failure import device_failure, is_device_failure
-from trm.train.evaluate import evaluate_in_run
-from trm.train.interop.init_from import start_from_weights
-from trm.train.metrics_log import Journal, MetricsLog
-from trm.train.oom_retry import take_step
-from trm.train.setup import RunData, first_carry, new_state, open_data, resume
-from trm.train.signals import StopRequests
-from trm.train.step import StepSetup, step_record
 
 
 class Stopwatch:
@@ -71,7 +71,7 @@ class Trainer:
     ``train.checkpoint_interval_steps``, else about every ten minutes. ``on_accepted`` runs
     once the state is built and any checkpoint accepted, before anything is written (``trm
     run`` writes the run's record there, so a refused resume changes no file). ``init_from``
-    (``--init-from``) starts a fresh run from those weights (``trm.train.interop.init_from``).
+    (``--init-from``) starts a fresh run from those weights (``trm.interop.init_from``).
     """
 
     def __init__(

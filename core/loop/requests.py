@@ -7,10 +7,10 @@ from __future__ import annotations
 import time
 
 from trm.control import TrainControl, accumulation_steps, fit_micro_batch
+from trm.loop.signals import StopRequests
+from trm.metrics_log import Journal
 from trm.plugin_manager import TrmPluginManager
 from trm.state import TrainState, recomputes_activations
-from trm.train.metrics_log import Journal
-from trm.train.signals import StopRequests
 
 PAUSE_SLICE_S = 0.25
 

@@ -19,12 +19,8 @@ import torch
 from torch import Tensor
 
 from trm.errors import TrmError
-from trm.model import EMA
-from trm.plugin_manager import TrmPluginManager
-from trm.state import TrainState
-from trm.train.inference import restore_model
-from trm.train.interop.importer import find_checkpoint
-from trm.train.interop.reference_weights import (
+from trm.interop.importer import find_checkpoint
+from trm.interop.reference_weights import (
     INNER_PREFIX,
     MAX_LISTED,
     PUZZLE_TABLE,
@@ -35,6 +31,10 @@ from trm.train.interop.reference_weights import (
     strip_compiled_prefix,
     trm_key,
 )
+from trm.model import EMA
+from trm.plugin_manager import TrmPluginManager
+from trm.restore import restore_model
+from trm.state import TrainState
 
 Log = Callable[[str], None]
 

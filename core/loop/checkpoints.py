@@ -27,10 +27,10 @@ import torch
 from attrs import define, field
 
 from trm.errors import TrainingFailed, TrmError
+from trm.loop.data_parallel import DataParallel
+from trm.metrics_log import Journal
 from trm.plugin_manager import TrmPluginManager
 from trm.state import TrainState, last_good
-from trm.train.data_parallel import DataParallel
-from trm.train.metrics_log import Journal
 
 DEFAULT_CHECKPOINT_INTERVAL_S = 600.0
 MAX_CHECKPOINT_FAILURES = 3

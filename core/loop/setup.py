@@ -16,16 +16,16 @@ from trm.data.shape import DatasetShape
 from trm.device.compile import compile_network
 from trm.device.contract import HOST, DeviceBackend, Placement
 from trm.errors import TrmError
+from trm.evaluation.evaluate import TaskMetrics
+from trm.evaluation.task_evaluation import TaskEvaluation, task_evaluation
+from trm.loop.data_parallel import DataParallel
+from trm.loop.device_failure import device_change_line, device_changed, recorded_device
 from trm.model import EMA, build_model, build_optimizers
 from trm.plan.dataset import find_data_source
 from trm.plugin_manager import TrmPluginManager
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.state import TrainState
-from trm.train.data_parallel import DataParallel
-from trm.train.device_failure import device_change_line, device_changed, recorded_device
-from trm.train.evaluate import TaskMetrics
-from trm.train.task_evaluation import TaskEvaluation, task_evaluation
 
 
 @frozen
