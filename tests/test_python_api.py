@@ -6,9 +6,8 @@ errors as TrmError; ``trm.__all__`` lists every name and ``import trm`` stays li
 
 from __future__ import annotations
 
-import inspect
-
 import glob
+import inspect
 import json
 import subprocess
 import sys
