@@ -10,6 +10,7 @@ the version from :mod:`trm.version`), so the root's lazy imports close no cycle.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trm.errors import TrainingFailed, TrmError
@@ -17,15 +18,17 @@ from trm.hookspecs import hookimpl
 from trm.version import __version__
 
 if TYPE_CHECKING:
-    from trm.api import Estimate, Model, Run, Solution, estimate, load
+    from trm.api import Estimate, Model, Run, RunSummary, Solution, estimate, load
+    from trm.spec import RunSpec
 
 # the public API's names (trm.api), imported when one of them is first used
-_API_NAMES = ("Estimate", "Model", "Run", "Solution", "estimate", "load")
+_API_NAMES = ("Estimate", "Model", "Run", "RunSummary", "Solution", "estimate", "load")
 
 __all__ = [
     "Estimate",
     "Model",
     "Run",
+    "RunSummary",
     "Solution",
     "TrainingFailed",
     "TrmError",
@@ -37,15 +40,35 @@ __all__ = [
 ]
 
 
-def train(*args: Any, **kwargs: Any) -> Any:
-    """Train a run spec, as ``trm run`` does, and return its :class:`~trm.api.Run`.
+def train(
+    spec: str | Path | RunSpec,
+    *,
+    out: Path | str | None = None,
+    plugins: Any = (),
+    disable: Any = (),
+    overrides: Any = None,
+    max_steps: int | None = None,
+    resume: str | Path = "auto",
+    mode: str = "balanced",
+) -> Run:
+    """Train ``spec`` as ``trm run`` does and return its :class:`~trm.api.run.Run`, e.g.
+    ``trm.train("quickstart", overrides={"train.lr": 3e-4}, plugins=[MyLogger()])``.
 
     The parameters and what each raises are those of :func:`trm.api.training.train`
-    (docs/python-api.md); this function only defers its import, which loads torch.
+    (docs/python-api.md); this function defers its import, which loads torch.
     """
     from trm.api.training import train as train_spec
 
-    return train_spec(*args, **kwargs)
+    return train_spec(
+        spec,
+        out=out,
+        plugins=plugins,
+        disable=disable,
+        overrides=overrides,
+        max_steps=max_steps,
+        resume=resume,
+        mode=mode,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -20,6 +20,7 @@ import pytest
 import trm
 from tests.conftest import error_lines
 from tests.tiny_run import build_tiny_data, write_spec
+from trm.api.arguments import in_python_words
 from trm.cli.main import main
 
 # The quickstart, shrunk to seconds: fewer puzzles, one thread, fp32 and no compile so that
@@ -38,8 +39,8 @@ QUICK_STEPS = 4
 NOT_TRAINING = {"samples_per_s", "wall_s", "data_wait_s", "mem_host_mb", "mem_device_mb"}
 GOOD_PUZZLE = "1... .... ..4. ...."
 API_NAMES = {
-    "Estimate", "Model", "Run", "Solution", "TrainingFailed", "TrmError", "__version__",
-    "estimate", "hookimpl", "load", "train",
+    "Estimate", "Model", "Run", "RunSummary", "Solution", "TrainingFailed", "TrmError",
+    "__version__", "estimate", "hookimpl", "load", "train",
 }  # fmt: skip
 
 
@@ -183,7 +184,7 @@ def _cli_message(cli, *args: str | Path) -> str:
     return line.removeprefix("trm: error: ")
 
 
-def test_bad_input_raises_trm_error_with_the_clis_message(tiny, cli, tmp_path):
+def test_bad_input_raises_trm_error_with_the_clis_message_in_python_words(tiny, cli, tmp_path):
     missing = tmp_path / "nowhere" / "run"
     cases = [
         (lambda: trm.load(missing), ("solve", missing, GOOD_PUZZLE)),
@@ -206,7 +207,9 @@ def test_bad_input_raises_trm_error_with_the_clis_message(tiny, cli, tmp_path):
     for call, command in cases:
         with pytest.raises(trm.TrmError) as raised:
             call()
-        assert str(raised.value) == _cli_message(cli, *command)
+        message = _cli_message(cli, *command)
+        assert str(raised.value) == in_python_words(message)
+        assert "--" not in str(raised.value)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     assert not (tmp_path / "c").exists()
 
@@ -220,6 +223,22 @@ def test_wrongly_typed_arguments_are_one_line_errors(tiny, tmp_path):
         trm.estimate(42)
     with pytest.raises(trm.TrmError, match="the puzzle must be text"):
         trm.load(tiny.run).solve(None)
+    calls = {
+        "overrides": lambda: trm.train(tiny.spec, out=tmp_path / "x", overrides=5),
+        "plugins": lambda: trm.train(tiny.spec, out=tmp_path / "x", plugins=5),
+        "out": lambda: trm.train(tiny.spec, out=5),
+        "mode": lambda: trm.train(tiny.spec, out=tmp_path / "x", mode=None),
+        "load": lambda: trm.load(None),
+        "load ": lambda: trm.load(5),
+        "overrides ": lambda: trm.estimate("quickstart", overrides=5),
+        "out ": lambda: trm.estimate("quickstart", out=5),
+        "disable": lambda: trm.train(tiny.spec, out=tmp_path / "x", disable=[3]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(trm.TrmError, match=f"^{name.strip()}"):
+            call()
+    with pytest.raises(trm.TrmError, match=r"^out is empty"):
+        trm.train(tiny.spec, out="")
     assert not (tmp_path / "x").exists()
 
 
@@ -297,3 +316,92 @@ def test_the_notebook_progress_line_is_rich_html_and_off_outside_a_kernel():
     html = line._repr_html_()
     assert "step 3/10" in html and "━" in html and html.startswith("<pre")
     assert notebook_kernel() is False  # pytest is no Jupyter kernel
+
+
+class StepCounter:
+    """An in-process plugin object: counts the steps it sees."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    @trm.hookimpl
+    def on_step(self, state) -> None:
+        self.steps.append(state.step)
+
+
+def test_a_plugin_object_sees_its_runs_steps_and_is_not_registered_in_the_next(tiny, tmp_path):
+    counter = StepCounter()
+    run = trm.train(
+        tiny.spec, out=tmp_path / "first", plugins=[counter], disable=["progress"], max_steps=2
+    )
+    assert counter.steps == [1, 2] and run.summary.steps == 2
+    trm.train(tiny.spec, out=tmp_path / "second", disable=["progress"], max_steps=2)
+    assert counter.steps == [1, 2]  # the next run did not call it
+
+
+def test_a_plugin_object_without_hooks_or_a_class_is_refused(tiny, tmp_path):
+    with pytest.raises(trm.TrmError, match=r"plugins\[0\]: .* has no method marked"):
+        trm.train(tiny.spec, out=tmp_path / "x", plugins=[object()])
+    with pytest.raises(trm.TrmError, match=r"StepCounter is a class; pass an instance"):
+        trm.train(tiny.spec, out=tmp_path / "x", plugins=[StepCounter])
+    assert not (tmp_path / "x").exists()
+
+
+def test_overrides_as_a_dict_train_as_the_same_texts(tiny, tmp_path):
+    from trm.api.arguments import override_texts
+
+    as_dict = {"train.lr": 3e-4, "runtime.precision": "fp32", "data.generate.count": 64}
+    assert override_texts(as_dict) == (
+        "train.lr=0.0003",
+        'runtime.precision="fp32"',
+        "data.generate.count=64",
+    )
+    assert override_texts(["train.lr=3e-4"]) == ("train.lr=3e-4",)
+    by_dict = trm.train(
+        tiny.spec,
+        out=tmp_path / "d",
+        overrides={"train.lr": 3e-4},
+        disable=["progress"],
+        max_steps=2,
+    )
+    by_text = trm.train(
+        tiny.spec,
+        out=tmp_path / "t",
+        overrides=["train.lr=3e-4"],
+        plugins=["no:progress"],
+        max_steps=2,
+    )
+    assert _training_content(by_dict.metrics) == _training_content(by_text.metrics)
+    with pytest.raises(trm.TrmError, match=r"overrides\['train.lr'\]: None is not a spec value"):
+        override_texts({"train.lr": None})
+
+
+def test_the_summary_is_typed_and_still_reads_as_summary_json(tiny, tmp_path):
+    run = trm.train(tiny.spec, out=tmp_path / "s", disable=["progress"], max_steps=2)
+    document = json.loads((run.path / "summary.json").read_text())
+    assert run.summary == document and dict(run.summary) == document
+    assert run.summary.steps == 2 and run.summary.stopped == run.stopped == "max_steps"
+    assert isinstance(run.summary.wall_s, float) and run.summary["samples"] == run.summary.samples
+    assert run.dir == run.path
+
+
+def test_a_text_is_always_the_puzzle_and_a_path_is_a_file(tiny, tmp_path, monkeypatch):
+    model = trm.load(tiny.run)
+    puzzle = tmp_path / "puzzle.txt"
+    puzzle.write_text(GOOD_PUZZLE)
+    by_path = model.solve(puzzle)
+    assert by_path.answer == model.solve(GOOD_PUZZLE).answer
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(trm.TrmError, match=r"pass pathlib.Path\('puzzle.txt'\)"):
+        model.solve("puzzle.txt")
+    with pytest.raises(trm.TrmError, match=r"puzzle file .*gone.txt does not exist"):
+        model.solve(tmp_path / "gone.txt")
+
+
+def test_trm_train_has_the_signature_of_the_api_function():
+    from trm.api.training import train as api_train
+
+    ours, theirs = inspect.signature(trm.train), inspect.signature(api_train)
+    assert [(p.name, p.kind, p.default) for p in ours.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in theirs.parameters.values()
+    ]

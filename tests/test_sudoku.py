@@ -47,10 +47,12 @@ def test_render_parses_back_and_separators_and_zero_blanks_are_accepted() -> Non
     np.testing.assert_array_equal(grid.parse_text(PUZZLE.replace(".", "0")), question)
 
 
-def test_parse_reads_a_file_path(tmp_path: Path) -> None:
+def test_parse_takes_a_file_name_as_text_not_as_a_file(tmp_path: Path) -> None:
     file = tmp_path / "p.txt"
     file.write_text(grid.render(_grid(PUZZLE)) + "\n")
-    np.testing.assert_array_equal(grid.parse_text(str(file)), _grid(PUZZLE))
+    np.testing.assert_array_equal(grid.parse_text(file.read_text()), _grid(PUZZLE))
+    with pytest.raises(TrmError, match="cells after removing separators"):
+        grid.parse_text(str(file))
 
 
 @pytest.mark.parametrize(

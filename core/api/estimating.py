@@ -9,6 +9,13 @@ from typing import Any
 
 import attrs
 
+from trm.api.arguments import (
+    override_texts,
+    path_argument,
+    plugin_arguments,
+    python_errors,
+    text_argument,
+)
 from trm.api.log import Log, say
 from trm.api.specs import SpecLike, read_spec
 from trm.data.reader import ReaderChoice
@@ -141,8 +148,9 @@ def estimate(
     spec: SpecLike,
     *,
     out: Path | str | None = None,
-    plugins: Iterable[str] = (),
-    overrides: Iterable[str] | None = None,
+    plugins: Any = (),
+    disable: Any = (),
+    overrides: Any = None,
     max_steps: int | None = None,
     resume: str | Path = "auto",
     mode: str = DEFAULT_MODE,
@@ -157,11 +165,17 @@ def estimate(
     input raises :class:`~trm.errors.TrmError` with the CLI's message.
     """
     del max_steps, resume  # accepted for symmetry with train(); a step's memory ignores them
-    if isinstance(plugins, str) or isinstance(overrides, str):
-        raise TrmError("plugins and overrides take a list of strings, e.g. plugins=['mkl']")
-    return estimate_memory(
-        spec, tuple(plugins), tuple(overrides or ()), mode, None if out is None else Path(out), say
-    )
+    with python_errors():
+        names, objects = plugin_arguments(plugins, disable)
+        return estimate_memory(
+            spec,
+            names,
+            override_texts(overrides),
+            text_argument(mode, "mode", (*MODES, AS_WRITTEN)),
+            path_argument(out, "out"),
+            say,
+            objects,
+        )
 
 
 def estimate_memory(
@@ -171,16 +185,18 @@ def estimate_memory(
     mode: str,
     out: Path | None,
     log: Log,
+    plugin_objects: Iterable[tuple[str, Any]] = (),
 ) -> Estimate:
-    """The work of ``trm estimate``: load the spec, load the plugins, plan for ``mode``
-    (fitting the spec to the tier, or as written), and itemise the step's memory."""
+    """The work of ``trm estimate``: load the spec, load the plugins (and the in-process
+    ``plugin_objects``), plan for ``mode`` (fitting the spec to the tier, or as written),
+    and itemise the step's memory."""
     if mode not in (*MODES, AS_WRITTEN):
         raise TrmError(
             f"argument --mode: invalid choice: {mode!r} (choose from "
             f"{', '.join(repr(m) for m in (*MODES, AS_WRITTEN))})"
         )
     loaded = read_spec(spec, overrides)
-    pm = load_plugins(plugins, spec_tables=loaded.plugins)
+    pm = load_plugins(plugins, plugin_objects, spec_tables=loaded.plugins)
     tier = None if mode == AS_WRITTEN else mode
     plan = plan_run(pm, loaded, tier, default_run_dir(loaded.name, out), log=log)
     target = MODE_TARGETS[tier] if tier else 1.0

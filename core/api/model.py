@@ -17,6 +17,7 @@ import attrs
 import numpy as np
 import torch
 
+from trm.api.arguments import plugin_arguments, python_errors
 from trm.api.log import Log, say
 from trm.data.evaluator import RunRows, TaskSolution
 from trm.errors import TrmError
@@ -122,13 +123,13 @@ class Model:
         """Tokens in one puzzle this model takes (a 9x9 Sudoku: 81)."""
         return checkpoint_shape(self.payload).seq_len
 
-    def solve(self, puzzle: str) -> Solution:
-        """Solve one puzzle given as ``trm solve`` takes it: text in the task's format
-        ('.' or 0 for blanks; a maze drawn in characters) or the path of a file holding
-        it. TrmError, with ``trm solve``'s message, for a malformed puzzle, one of another
-        size than the model's (for a shipped model, the message begins with the size it
-        solves: ``quickstart solves 4x4 Sudoku (16 cells): …``), or a task solved whole
-        (ARC: :meth:`solve_task`)."""
+    def solve(self, puzzle: str | os.PathLike[str]) -> Solution:
+        """Solve one puzzle: text in the task's format ('.' or 0 for blanks; a maze drawn
+        in characters), or a :class:`pathlib.Path` of a file holding it (a text is always
+        the puzzle itself, never a file name). TrmError, with ``trm solve``'s message, for
+        a malformed puzzle, one of another size than the model's (for a shipped model, the
+        message begins with the size it solves: ``quickstart solves 4x4 Sudoku (16 cells):
+        …``), or a task solved whole (ARC: :meth:`solve_task`)."""
         source = self.source
         if callable(getattr(source, "solve_task", None)):
             raise TrmError(
@@ -260,24 +261,36 @@ class Model:
         return run
 
 
-def load(name_or_path: str | Path, *, plugins: Iterable[str] = ()) -> Model:
+def load(name_or_path: str | Path, *, plugins: Any = ()) -> Model:
     """The model of a run directory (its newest valid checkpoint), a checkpoint file, or a
     shipped model's name (``"sudoku9-laptop"``), ready on this machine's device.
 
-    ``plugins`` holds ``--plugins`` values (a data source's plugin, say). TrmError, with
-    ``trm solve``'s message, for a path that holds no checkpoint, an unknown shipped name
-    (the message lists the shipped names), or a damaged or incompatible checkpoint.
+    ``plugins`` switches plugins on as :func:`trm.train`'s does: installed plugins by name
+    (a data source's plugin, say) or plugin objects. TrmError, with ``trm solve``'s
+    message, for a path that holds no checkpoint, an unknown shipped name (the message lists
+    the shipped names), or a damaged or incompatible checkpoint.
     """
-    if isinstance(plugins, str):
-        raise TrmError(f"plugins takes a list of strings, e.g. plugins=[{plugins!r}]")
-    return load_model(Path(name_or_path), tuple(plugins), say)
+    with python_errors():
+        if not isinstance(name_or_path, (str, Path)) or not str(name_or_path).strip():
+            raise TrmError(
+                "load takes a run directory, a checkpoint file or a shipped model's name "
+                f"(str or pathlib.Path), not {name_or_path!r}"
+            )
+        names, objects = plugin_arguments(plugins, None)
+        return load_model(Path(name_or_path), names, say, objects)
 
 
-def load_model(path: Path, plugins: tuple[str, ...], log: Log) -> Model:
+def load_model(
+    path: Path,
+    plugins: tuple[str, ...],
+    log: Log,
+    plugin_objects: Iterable[tuple[str, Any]] = (),
+) -> Model:
     """The work of :func:`load` (and of ``trm solve``/``trm eval``): resolve a shipped
     name, load the checkpoint through ``load_checkpoint``, pick this machine's runtime,
-    rebuild the model and find its data source."""
-    pm = load_plugins(plugins)
+    rebuild the model and find its data source. ``plugin_objects`` are in-process plugins
+    with the names they run under."""
+    pm = load_plugins(plugins, plugin_objects)
     path, manifest = _checkpoint_path(path)
     payload = _load_payload(pm, path)
     runtime = runtime_here(pm, checkpoint_spec(payload), detect_hardware(pm), log)
@@ -340,22 +353,27 @@ def _source(pm: TrmPluginManager, spec: RunSpec) -> Any:
         ) from None
 
 
-def _puzzle_text(argument: str) -> tuple[str, Path | None]:
-    """The puzzle text, read from a file when ``argument`` names one, and that file."""
+def puzzle_argument(argument: str) -> str | Path:
+    """A command line's puzzle argument as :meth:`Model.solve` takes it: the Path of the
+    file it names, or the text itself. TrmError for a folder (unless the argument is also
+    puzzle text: digits and dots are never taken for a folder)."""
     candidate = argument.strip()
     if not candidate or "\n" in candidate:
-        return argument, None
+        return argument
     path = Path(candidate).expanduser()
     try:
         is_file, is_dir = path.is_file(), path.is_dir()
     except (OSError, ValueError):  # too long or odd for a path: it is the puzzle itself
-        return argument, None
+        return argument
     if is_dir and not set(candidate) <= _PUZZLE_CHARS:
         raise TrmError(
             f"puzzle {candidate} is a folder; give the puzzle as text or a file holding it"
         )
-    if not is_file:
-        return argument, None
+    return path if is_file else argument
+
+
+def _read_puzzle_file(path: Path) -> str:
+    """The text of a puzzle file; TrmError when it cannot be read or is not UTF-8."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -364,7 +382,7 @@ def _puzzle_text(argument: str) -> tuple[str, Path | None]:
             "or give the puzzle as text"
         ) from None
     try:
-        return data.decode("utf-8"), path
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise TrmError(
             f"puzzle file {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
@@ -382,21 +400,37 @@ def _looks_like_a_file_name(argument: str) -> bool:
     return "/" in word or os.sep in word or (suffix.isalpha() and suffix.isascii())
 
 
-def parse_puzzle(source: Any, argument: str, seq_len: int) -> np.ndarray:
-    """``argument`` (puzzle text or a file holding it) as ``seq_len`` tokens through the
-    source's ``parse_puzzle``; TrmError naming what is wrong (and the file, if one)."""
-    if not isinstance(argument, str):
+def parse_puzzle(source: Any, puzzle: str | os.PathLike[str], seq_len: int) -> np.ndarray:
+    """``puzzle`` as ``seq_len`` tokens through the source's ``parse_puzzle``: text in the
+    task's format, or a path (:class:`pathlib.Path`) of a file holding it. A text is never
+    read as a file name. TrmError naming what is wrong (and the file, if one)."""
+    if isinstance(puzzle, os.PathLike):
+        path: Path | None = Path(puzzle).expanduser()
+        if path.is_dir():
+            raise TrmError(f"puzzle {path} is a folder; give a file holding the puzzle")
+        if not path.is_file():
+            raise TrmError(f"puzzle file {path} does not exist; check the file name")
+        text = _read_puzzle_file(path)
+    elif isinstance(puzzle, str):
+        path, text = None, puzzle
+    else:
         raise TrmError(
-            f"the puzzle must be text (or a file path as text), not {type(argument).__name__}"
+            "the puzzle must be text (or a pathlib.Path of a file holding it), "
+            f"not {type(puzzle).__name__}"
         )
-    text, path = _puzzle_text(argument)
     try:
         tokens = source.parse_puzzle(text, seq_len)
     except TrmError as exc:
         if path is None:
-            if _looks_like_a_file_name(argument):
+            if _looks_like_a_file_name(text):
+                word = text.strip()
+                if Path(word).expanduser().is_file():
+                    raise TrmError(
+                        f"{exc}; {word} is a file: pass pathlib.Path({word!r}) to solve the "
+                        "puzzle it holds"
+                    ) from None
                 raise TrmError(
-                    f"puzzle file {argument.strip()} does not exist (read as the puzzle itself "
+                    f"puzzle file {word} does not exist (read as the puzzle itself "
                     f"it is not one: {exc}); check the file name"
                 ) from None
             raise

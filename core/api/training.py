@@ -1,32 +1,53 @@
-"""``trm.train``: run a spec exactly as ``trm run`` does, and the :class:`Run` it returns.
+"""``trm.train``: run a spec exactly as ``trm run`` does.
 
 ``trm run`` (core/cli/run_cmd.py) parses its arguments into :class:`RunOptions` and calls
-:func:`run_training`; ``trm.train`` builds the same options from keyword arguments. Under
-torchrun every process calls this as one rank of a data-parallel run (docs/distributed.md).
+:func:`run_training`; :func:`train` builds the same options from a Python caller's arguments
+(core/api/arguments.py). The way of a run, top to bottom in :func:`run_training`:
+
+1. read the input: the spec, its overrides, the plugins (every rank checks; rank 0 decides);
+2. claim the run directory and plan: rank 0 checks and locks the directory, fits the spec to
+   this machine, plans a time budget's steps and builds the data, while the other ranks wait;
+   then they plan for themselves and adopt rank 0's model, schedule and ``max_steps``
+   (:mod:`trm.device.rank_agreement`). The directory is claimed before planning because the
+   plan builds the data inside it;
+3. train: the loop (:class:`~trm.loop.Trainer`), which writes summary.json.
+
+Under torchrun every process calls this as one rank of a data-parallel run
+(docs/distributed.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import json
-import os
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, Any
 
 import attrs
 
+from trm.api.arguments import (
+    override_texts,
+    path_argument,
+    plugin_arguments,
+    python_errors,
+    text_argument,
+)
 from trm.api.log import Log, say
+from trm.api.run import Run, RunSummary
 from trm.api.specs import SpecLike, read_spec
 from trm.device import distributed
 from trm.device.distributed import World
-from trm.errors import RankZeroStopped, TrmError
+from trm.device.rank_agreement import (
+    adopt_first,
+    first_rank_decides,
+    first_rank_first,
+    quiet_unless_first,
+)
+from trm.errors import TrmError
 from trm.loop import Trainer
 from trm.loop.checkpoints import parse_interval
 from trm.measure.stage_speed import time_depths
-from trm.memory import DEFAULT_MODE, EXTREME_RISKS
+from trm.memory import DEFAULT_MODE, EXTREME_RISKS, MODES
 from trm.paths import default_run_dir
 from trm.plan import plan_run
 from trm.plan.budget import BudgetPlan, given_steps, plan_steps, write_budget_record
@@ -46,10 +67,7 @@ from trm.plan.run_dir import (
 from trm.plugin_manager import TrmPluginManager, load_plugins
 from trm.spec import RunSpec
 
-if TYPE_CHECKING:
-    from trm.report.build import Report
-
-T = TypeVar("T")
+__all__ = ["STOPPED_BY_SIGNAL", "Run", "RunOptions", "RunSummary", "run_training", "train"]
 
 # summary.json's ``stopped`` for a run a signal stopped (``trm run`` exits 130 for these)
 STOPPED_BY_SIGNAL = ("interrupted", "terminated")
@@ -60,7 +78,8 @@ class RunOptions:
     """Everything ``trm run`` takes: the spec (a shipped name, a TOML path or a
     :class:`~trm.spec.RunSpec`), ``--plugins`` values, ``--mode``, ``--set`` overrides,
     ``--out``, ``--resume`` (auto, never or a checkpoint path), ``--replace``,
-    ``--max-steps``, ``--checkpoint-every`` and ``--init-from``."""
+    ``--max-steps``, ``--checkpoint-every`` and ``--init-from``; and, from the Python API,
+    in-process plugin objects with the names they run under (this run only)."""
 
     spec: SpecLike
     plugins: tuple[str, ...] = ()
@@ -72,121 +91,98 @@ class RunOptions:
     max_steps: int | None = None
     checkpoint_every: str | None = None
     init_from: Path | None = None
-
-
-@attrs.frozen
-class Run:
-    """A finished (or stopped) run: its directory and what summary.json says.
-
-    ``summary`` is summary.json's content (docs/user-guide.md lists its fields; ``stopped``
-    says how the run ended). On ranks other than 0 under torchrun nothing is written, so
-    :attr:`metrics` and :meth:`report` read rank 0's files when the folder is shared.
-    """
-
-    dir: Path
-    summary: dict[str, Any]
-
-    @property
-    def stopped(self) -> str:
-        """How the run ended: "finished", "max_steps", "interrupted", "terminated" or a
-        plugin's reason (summary.json's ``stopped``)."""
-        return str(self.summary["stopped"])
-
-    @property
-    def metrics(self) -> list[dict[str, Any]]:
-        """The rows of metrics.jsonl, oldest first, each as written (training rows, and
-        rows with ``kind`` "eval" or "event"; docs/user-guide.md lists every field). Read
-        afresh on each access; a last line cut short by a crash is left out."""
-        path = self.dir / "metrics.jsonl"
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            raise TrmError(f"{path} does not exist: the run wrote no metrics") from None
-        rows = []
-        for number, line in enumerate(lines, start=1):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                if number < len(lines):
-                    raise TrmError(
-                        f"{path} line {number} is not JSON; the file is damaged"
-                    ) from None
-        return rows
-
-    def report(self, out: Path | str | None = None) -> Report:
-        """Write the report ``trm report RUN_DIR --out OUT`` writes (plots, index.html,
-        report.json) into ``out`` (default ``RUN_DIR/report``, replacing one there); returns
-        it (``out_dir``, ``pngs``, ``document``). TrmError when ``out`` cannot be written."""
-        from trm.report.build import make_report  # matplotlib loads here
-
-        return make_report([self.dir], Path(out) if out is not None else self.dir / "report")
+    plugin_objects: tuple[tuple[str, Any], ...] = ()
 
 
 def train(
     spec: SpecLike,
     *,
     out: Path | str | None = None,
-    plugins: Iterable[str] = (),
-    overrides: Iterable[str] | None = None,
+    plugins: Any = (),
+    disable: Any = (),
+    overrides: Any = None,
     max_steps: int | None = None,
     resume: str | Path = "auto",
     mode: str = DEFAULT_MODE,
 ) -> Run:
-    """Train ``spec`` exactly as ``trm run`` does and return the :class:`Run`.
+    """Train ``spec`` exactly as ``trm run`` does and return the :class:`~trm.api.run.Run`.
 
     ``spec`` is a shipped spec's name ("quickstart"), a TOML path or a
-    :class:`~trm.spec.RunSpec`. ``out`` is the run directory (default ``runs/<spec name>``);
-    ``plugins`` holds ``--plugins`` values (``"mkl"``, ``"no:progress"`` switches the live
-    progress off); ``overrides`` holds ``--set`` texts (``"train.lr=3e-4"``); ``max_steps``
-    stops once the run has taken that many steps in all; ``resume`` is "auto" (continue the
-    newest checkpoint in ``out``), "never", or a checkpoint path; ``mode`` is the memory tier.
+    :class:`~trm.spec.RunSpec`. ``out`` is the run directory (default ``runs/<spec name>``).
+    ``plugins`` switches plugins on: installed plugins by name (``"mkl"``) and plugin
+    objects whose methods carry ``@trm.hookimpl`` (``MyLogger()``), registered for this run
+    only, like a callback; ``disable`` switches plugins off by name (``["progress"]``).
+    ``overrides`` sets spec keys: ``{"train.lr": 3e-4}`` (``"KEY=VALUE"`` texts, as
+    ``--set`` takes them, are accepted too). ``max_steps`` stops once the run has taken that
+    many steps in all; ``resume`` is "auto" (continue the newest checkpoint in ``out``),
+    "never", or a checkpoint path; ``mode`` is the memory tier ("conservative",
+    "balanced", "extreme").
 
-    Bad input raises :class:`~trm.errors.TrmError` with the message ``trm run`` prints,
-    before anything is written. A run stopped by SIGINT/SIGTERM (a notebook's interrupt)
-    returns normally after its checkpoint, with ``stopped`` "interrupted"/"terminated";
-    ``trm.train`` with the same arguments continues it. A run that cannot go on raises
+    Bad input raises :class:`~trm.errors.TrmError` naming the argument, before anything is
+    written. A run stopped by SIGINT/SIGTERM (a notebook's interrupt) returns normally after
+    its checkpoint, with ``stopped`` "interrupted"/"terminated"; ``trm.train`` with the same
+    arguments continues it. A run that cannot go on raises
     :class:`~trm.errors.TrainingFailed`.
     """
-    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int)):
-        raise TrmError(f"max_steps must be a whole number of at least 1, got {max_steps!r}")
-    if max_steps is not None and max_steps < 1:
-        raise TrmError(f"argument --max-steps: must be at least 1, got {max_steps}")
-    options = RunOptions(
-        spec=spec,
-        plugins=_texts(plugins, "plugins"),
-        mode=mode,
-        overrides=_texts(overrides or (), "overrides"),
-        out=Path(out) if out is not None else None,
-        resume=str(resume),
-        max_steps=max_steps,
-    )
-    return run_training(options, say)
+    with python_errors():
+        names, objects = plugin_arguments(plugins, disable)
+        options = RunOptions(
+            spec=spec,
+            plugins=names,
+            plugin_objects=objects,
+            mode=text_argument(mode, "mode", MODES),
+            overrides=override_texts(overrides),
+            out=path_argument(out, "out"),
+            resume=text_argument(resume, "resume"),
+            max_steps=_max_steps(max_steps),
+        )
+        return run_training(options, say)
 
 
-def _texts(values: Iterable[str] | str, what: str) -> tuple[str, ...]:
-    """A list argument as a tuple of strings; TrmError for one bare string (a common slip:
-    ``plugins="mkl"`` would otherwise read as four one-letter names)."""
-    if isinstance(values, str):
-        raise TrmError(f"{what} takes a list of strings, e.g. {what}=[{values!r}]")
-    texts = tuple(values)
-    odd = [v for v in texts if not isinstance(v, str)]
-    if odd:
-        raise TrmError(f"{what} takes strings; got {odd[0]!r}")
-    return texts
+def _max_steps(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TrmError(f"max_steps must be a whole number of at least 1, got {value!r}")
+    if value < 1:
+        raise TrmError(f"max_steps must be at least 1, got {value}")
+    return value
 
 
 def run_training(options: RunOptions, log: Log) -> Run:
-    """The work of ``trm run`` (and ``trm.train``): check the input, plan, lock and record
-    the run directory, train. ``log`` shows status lines. Under torchrun, rank 0 alone
-    shows progress and writes the run's files (docs/distributed.md)."""
+    """The work of ``trm run`` (and ``trm.train``), in the order the module's docstring
+    gives. ``log`` shows status lines. Under torchrun, rank 0 alone shows progress and
+    writes the run's files (docs/distributed.md)."""
     # one process unless torchrun started several; the backends name their process groups
     world = distributed.start(_device_backends(options))
     try:
-        spec, interval, pm = _first_rank_decides(lambda: _read_input(options, world), world)
-        with _quiet_stdout(not world.is_first):  # rank 0 alone shows progress
-            return _run(options, spec, interval, world, pm, log)
+        spec, interval, pm = first_rank_decides(lambda: _read_input(options, world), world)
+        with quiet_unless_first(world):
+            _warn_about_plugins(pm, world, log)
+            run_dir = default_run_dir(spec.name, options.out)
+            options = _continue_after_restart(options, run_dir, log)
+            claimed = first_rank_first(
+                lambda: _claim_and_plan(options, pm, spec, run_dir, log), world
+            )
+            lock = claimed[0] if claimed is not None else None
+            try:
+                if claimed is not None:
+                    plan, data_dir, budget = claimed[1:]
+                else:
+                    _check_shared_data(spec, run_dir, world)
+                    plan, data_dir, budget = _plan(options, pm, spec, run_dir, False, log)
+                plan = _adopt_first_plan(plan, world, log)
+                max_steps = _adopt_first_max_steps(options.max_steps, world, log)
+                summary = _train(
+                    options, plan, data_dir, budget, max_steps, interval, pm, run_dir, world, log
+                )
+            finally:
+                if lock is not None:
+                    lock.close()
     finally:
         distributed.finish()
+    _say_how_it_stopped(summary, log)
+    return Run(path=run_dir, summary=RunSummary.from_document(summary))
 
 
 def _device_backends(options: RunOptions) -> list:
@@ -194,7 +190,7 @@ def _device_backends(options: RunOptions) -> list:
     when the plugins cannot load (the error is reported once the ranks can agree on it, by
     :func:`_read_input`)."""
     try:
-        return load_plugins(options.plugins).device_backends()
+        return load_plugins(options.plugins, options.plugin_objects).device_backends()
     except TrmError:
         return []
 
@@ -212,41 +208,15 @@ def _read_input(
         raise TrmError("--replace starts afresh: use it with --resume never")
     interval = parse_interval(options.checkpoint_every) if options.checkpoint_every else None
     spec = read_spec(options.spec, options.overrides)
-    pm = load_plugins(options.plugins, spec_tables=spec.plugins)
+    pm = load_plugins(options.plugins, options.plugin_objects, spec_tables=spec.plugins)
     check_device(pm, spec.runtime.device)  # an unclaimed device: refused before any write
     world.rows(spec.train.global_batch_size)  # TrmError unless it divides among the ranks
     return spec, interval, pm
 
 
-def _first_rank_decides(check: Callable[[], T], world: World) -> T:
-    """``check()`` on every rank; when it refuses rank 0's input, every rank stops: rank 0
-    raises the error, the others :class:`RankZeroStopped` (they exit quietly). A rank whose
-    own check fails where rank 0's passed raises its own error."""
-    try:
-        value, refused = check(), None
-    except TrmError as exc:
-        value, refused = None, exc
-    first = distributed.broadcast_from_first(
-        None if refused is None else str(refused), patient=True
-    )
-    if first is not None and not world.is_first:
-        raise RankZeroStopped(first)
-    if refused is not None:
-        raise refused
-    return value  # type: ignore[return-value]
-
-
-def _run(
-    options: RunOptions,
-    spec: RunSpec,
-    interval: tuple[int, float] | None,
-    world: World,
-    pm: TrmPluginManager,
-    log: Log,
-) -> Run:
-    """One process, or one rank of a torchrun job: rank 0 checks and locks the run
-    directory, plans and builds the data while the others wait; then every rank plans for
-    itself with rank 0's model and training settings."""
+def _warn_about_plugins(pm: TrmPluginManager, world: World, log: Log) -> None:
+    """Say which plugins are on, and warn when none saves checkpoints or, under torchrun,
+    the distributed plugin is off."""
     log(f"plugins on: {pm.describe_enabled()}")
     if not pm.hook.save_checkpoint.get_hookimpls():
         log(
@@ -258,84 +228,117 @@ def _run(
             "warning: the distributed plugin is off: each rank plans as if it had the whole "
             "node (all its cores and memory)"
         )
-    run_dir = default_run_dir(spec.name, options.out)
-    options = _continue_after_restart(options, run_dir, log)
-    max_steps = options.max_steps
+
+
+def _claim_and_plan(
+    options: RunOptions, pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log
+) -> tuple[IO[str] | None, Plan, Path, BudgetPlan | None]:
+    """Rank 0: check, create and lock the run directory, check the reuse rules (``--resume``,
+    ``--replace``), then plan and build the data. Returns the lock (the caller closes it)
+    and the plan. A refusal (TrmError) closes the lock and removes the lock file and the
+    folders this call created, so bad input leaves no trace."""
+    created = _missing_folders(run_dir)
+    had_lock_file = (run_dir / LOCK_FILE).exists()
     lock = None
     try:
-        error: str | None = None
-        plan = data_dir = budget = None
-        if world.is_first:
-            created = _missing_folders(run_dir)
-            had_lock_file = (run_dir / LOCK_FILE).exists()
-            try:
-                preflight(run_dir)
-                lock = lock_run_dir(run_dir)
-                check_reuse(run_dir, spec, options.resume, options.replace)
-                plan, data_dir, budget = _plan(options, pm, spec, run_dir, build=True, log=log)
-            except TrmError as exc:
-                error = str(exc)
-                if lock is not None:
-                    lock.close()
-                    lock = None
-                _undo_preflight(run_dir, created, had_lock_file)
-        error = distributed.broadcast_from_first(error, patient=True)
-        if error is not None:
-            raise TrmError(error) if world.is_first else RankZeroStopped(error)
-        if not world.is_first:
-            _check_shared_data(spec, run_dir, world)
-            plan, data_dir, budget = _plan(options, pm, spec, run_dir, build=False, log=log)
-            plan = _adopt_first_spec(plan, world, log)
-            max_steps = _adopt_first_max_steps(max_steps, world, log)
-        else:
-            distributed.broadcast_from_first((plan.spec.arch, plan.spec.train, plan.spec.data))
-            distributed.broadcast_from_first(max_steps)
-        assert plan is not None and data_dir is not None
-        runtime = plan.runtime
-        log(
-            f"training {plan.spec.name} on {runtime.device} ({runtime.precision}, "
-            f"{runtime.threads} thread{'s' if runtime.threads != 1 else ''}) into {run_dir}"
-        )
-
-        def accepted(_state: object) -> None:
-            if not world.is_first:
-                return
-            if options.replace:
-                clear_run(run_dir)
-            write_run_record(run_dir, plan)
-            if budget is not None:
-                write_budget_record(run_dir, budget)
-
-        trainer = Trainer(
-            plan.spec,
-            runtime,
-            pm,
-            run_dir,
-            data_dir,
-            log,
-            resume=options.resume,
-            max_steps=max_steps,
-            checkpoint_interval=interval,
-            on_accepted=accepted,
-            reader=plan.reader,
-            init_from=options.init_from,
-        )
-        summary = trainer.fit()
-    finally:
+        preflight(run_dir)
+        lock = lock_run_dir(run_dir)
+        check_reuse(run_dir, spec, options.resume, options.replace)
+        return (lock, *_plan(options, pm, spec, run_dir, True, log))
+    except TrmError:
         if lock is not None:
             lock.close()
-    if summary["stopped"] in STOPPED_BY_SIGNAL:
-        saved = summary.get("checkpoint_step")
-        if saved == summary["steps"]:
-            log(f"stopped after a checkpoint at step {saved}")
-        elif saved is not None:
-            log(
-                f"stopped at step {summary['steps']}, but its checkpoint failed; "
-                f"the checkpoint of step {saved} is intact"
-            )
-        else:
-            log(f"stopped at step {summary['steps']} without a checkpoint")
-    return Run(dir=run_dir, summary=summary)
+        _undo_preflight(run_dir, created, had_lock_file)
+        raise
+
+
+def _adopt_first_plan(plan: Plan, world: World, log: Log) -> Plan:
+    """Train what rank 0 planned: its [arch], [train] and [data] (a tier may have changed
+    them for rank 0's memory); this rank keeps its own runtime."""
+    spec = plan.spec
+
+    def warn(_mine: object, _first: object) -> None:
+        log(f"warning: rank {world.rank} planned another model or schedule; training rank 0's")
+
+    arch, train_, data = adopt_first((spec.arch, spec.train, spec.data), world, warn)
+    if (arch, train_, data) == (spec.arch, spec.train, spec.data):
+        return plan
+    return attrs.evolve(plan, spec=attrs.evolve(spec, arch=arch, train=train_, data=data))
+
+
+def _adopt_first_max_steps(max_steps: int | None, world: World, log: Log) -> int | None:
+    """Stop where rank 0 stops: ``--max-steps`` given differently to the ranks would leave
+    some waiting for the others' next step until the collective timeout."""
+
+    def warn(mine: int | None, first: int | None) -> None:
+        log(
+            f"warning: rank {world.rank} was given --max-steps {mine or 'none'}; every "
+            f"rank stops where rank 0 does (--max-steps {first or 'none'})"
+        )
+
+    return adopt_first(max_steps, world, warn)
+
+
+def _train(
+    options: RunOptions,
+    plan: Plan,
+    data_dir: Path,
+    budget: BudgetPlan | None,
+    max_steps: int | None,
+    interval: tuple[int, float] | None,
+    pm: TrmPluginManager,
+    run_dir: Path,
+    world: World,
+    log: Log,
+) -> dict[str, Any]:
+    """The loop over the planned spec; returns summary.json's content. Rank 0 records the
+    run (spec, plan, budget) once the loop has accepted the run directory."""
+    runtime = plan.runtime
+    log(
+        f"training {plan.spec.name} on {runtime.device} ({runtime.precision}, "
+        f"{runtime.threads} thread{'s' if runtime.threads != 1 else ''}) into {run_dir}"
+    )
+
+    def accepted(_state: object) -> None:
+        if not world.is_first:
+            return
+        if options.replace:
+            clear_run(run_dir)
+        write_run_record(run_dir, plan)
+        if budget is not None:
+            write_budget_record(run_dir, budget)
+
+    trainer = Trainer(
+        plan.spec,
+        runtime,
+        pm,
+        run_dir,
+        data_dir,
+        log,
+        resume=options.resume,
+        max_steps=max_steps,
+        checkpoint_interval=interval,
+        on_accepted=accepted,
+        reader=plan.reader,
+        init_from=options.init_from,
+    )
+    return trainer.fit()
+
+
+def _say_how_it_stopped(summary: dict[str, Any], log: Log) -> None:
+    """After a stop by a signal: which checkpoint holds the run."""
+    if summary["stopped"] not in STOPPED_BY_SIGNAL:
+        return
+    saved = summary.get("checkpoint_step")
+    if saved == summary["steps"]:
+        log(f"stopped after a checkpoint at step {saved}")
+    elif saved is not None:
+        log(
+            f"stopped at step {summary['steps']}, but its checkpoint failed; "
+            f"the checkpoint of step {saved} is intact"
+        )
+    else:
+        log(f"stopped at step {summary['steps']} without a checkpoint")
 
 
 def _plan(
@@ -416,36 +419,3 @@ def _check_shared_data(spec: RunSpec, run_dir: Path, world: World) -> None:
         "several nodes the run directory must be on a filesystem every node shares (--out), "
         "or set data.dir to a dataset present on every node"
     )
-
-
-def _adopt_first_spec(plan: Plan, world: World, log: Log) -> Plan:
-    """Train what rank 0 planned: its [arch], [train] and [data] (a tier may have changed
-    them for rank 0's memory); this rank keeps its own runtime."""
-    arch, train_, data = distributed.broadcast_from_first(None)
-    spec = plan.spec
-    if (arch, train_, data) == (spec.arch, spec.train, spec.data):
-        return plan
-    log(f"warning: rank {world.rank} planned another model or schedule; training rank 0's")
-    return attrs.evolve(plan, spec=attrs.evolve(spec, arch=arch, train=train_, data=data))
-
-
-def _adopt_first_max_steps(max_steps: int | None, world: World, log: Log) -> int | None:
-    """Stop where rank 0 stops: ``--max-steps`` given differently to the ranks would leave
-    some waiting for the others' next step until the collective timeout."""
-    first = distributed.broadcast_from_first(None)
-    if first != max_steps:
-        log(
-            f"warning: rank {world.rank} was given --max-steps {max_steps or 'none'}; every "
-            f"rank stops where rank 0 does (--max-steps {first or 'none'})"
-        )
-    return first
-
-
-@contextmanager
-def _quiet_stdout(quiet: bool) -> Iterator[None]:
-    """Send this process's stdout (the progress display) to nowhere when ``quiet``."""
-    if not quiet:
-        yield
-        return
-    with open(os.devnull, "w", encoding="utf-8") as sink, redirect_stdout(sink):
-        yield

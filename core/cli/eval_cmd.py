@@ -25,7 +25,7 @@ from typing import Any
 
 from rich.console import Console
 
-from trm.api.model import Model, load_model
+from trm.api.model import Model, load_model, puzzle_argument
 from trm.cli.common import non_negative_int, positive_int
 from trm.cli.output import info, print_json
 from trm.data.evaluator import TaskEvaluator
@@ -276,7 +276,7 @@ def run_solve(args: argparse.Namespace) -> int:
     model = load_model(args.checkpoint, tuple(args.plugins), info)
     if callable(getattr(model.source, "solve_task", None)):
         return _solve_task(args, model)
-    solution = model.solve(args.puzzle)
+    solution = model.solve(puzzle_argument(args.puzzle))
     if args.json:
         print_json(solution.document())
     else:

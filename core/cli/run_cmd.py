@@ -103,5 +103,5 @@ def run(args: argparse.Namespace) -> int:
     result = run_training(options, info)
     if result.stopped not in STOPPED_BY_SIGNAL:
         return EXIT_OK
-    info(f"resume with: {resume_command(args, result.dir, env_world())}")
+    info(f"resume with: {resume_command(args, result.path, env_world())}")
     return EXIT_STOPPED

@@ -7,8 +7,6 @@ reference one: token = digit + 1 (blank → 1, digits 1..size → 2..size+1), pa
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from trm.errors import TrmError
@@ -75,7 +73,8 @@ def decode(tokens: np.ndarray) -> np.ndarray:
 
 
 def parse_text(text: str, size: int | None = None) -> np.ndarray:
-    """Parse a puzzle (or a path to a file holding one) into a digit grid.
+    """Parse a puzzle's text into a digit grid (a text is never read as a file name:
+    ``trm solve`` and ``Model.solve`` read puzzle files themselves).
 
     Cells are read row by row: ``1``..``9`` for clues, ``.`` or ``0`` for blanks; whitespace
     and ``| - +`` are ignored, so :func:`render` output parses back. ``size`` defaults to the
@@ -83,15 +82,6 @@ def parse_text(text: str, size: int | None = None) -> np.ndarray:
     is not a cell, a digit too large, or a digit repeated in a row, column or box.
     """
     source = "puzzle"
-    candidate = text.strip()
-    if candidate and "\n" not in candidate:
-        try:
-            path = Path(candidate).expanduser()
-            if path.is_file():
-                text = path.read_text()
-                source = f"puzzle file {path}"
-        except (OSError, ValueError):
-            pass
     cells = [ch for ch in text if ch not in _IGNORED_CHARS]
     counts = {s * s: s for s in SIZES}
     if size is not None:
