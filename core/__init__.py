@@ -20,6 +20,7 @@ from trm.version import __version__
 if TYPE_CHECKING:
     from trm.api import Estimate, Model, Run, RunSummary, Solution, estimate, load
     from trm.spec import RunSpec
+    from trm.studies.results import StudyResult
 
 # the public API's names (trm.api), imported when one of them is first used
 _API_NAMES = ("Estimate", "Model", "Run", "RunSummary", "Solution", "estimate", "load")
@@ -36,6 +37,7 @@ __all__ = [
     "estimate",
     "hookimpl",
     "load",
+    "sweep",
     "train",
 ]
 
@@ -69,6 +71,24 @@ def train(
         resume=resume,
         mode=mode,
     )
+
+
+def sweep(
+    study: str | Path,
+    *,
+    out: str | Path | None = None,
+    workers: int = 1,
+    storage: str | None = None,
+) -> StudyResult:
+    """Run a study file as ``trm sweep`` does (many runs of one spec on Optuna, with
+    pruning and resume) and return the study as it stands (docs/sweeps.md).
+
+    The parameters and what each raises are those of :func:`trm.studies.sweep.sweep`; this
+    function defers its import, which loads torch and Optuna.
+    """
+    from trm.studies.sweep import sweep as sweep_study
+
+    return sweep_study(study, out=out, workers=workers, storage=storage)
 
 
 def __getattr__(name: str) -> Any:

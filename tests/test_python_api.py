@@ -353,10 +353,14 @@ def test_overrides_as_a_dict_train_as_the_same_texts(tiny, tmp_path):
     as_dict = {"train.lr": 3e-4, "runtime.precision": "fp32", "data.generate.count": 64}
     assert override_texts(as_dict) == (
         "train.lr=0.0003",
-        'runtime.precision="fp32"',
+        "runtime.precision=fp32",
         "data.generate.count=64",
     )
     assert override_texts(["train.lr=3e-4"]) == ("train.lr=3e-4",)
+    assert override_texts({"data.source": "true", "name": "a b"}) == (
+        'data.source="true"',
+        "name=a b",
+    )
     by_dict = trm.train(
         tiny.spec,
         out=tmp_path / "d",

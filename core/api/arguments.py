@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
+import tomllib
 
 from trm.errors import TrmError
 from trm.hookspecs import PROJECT_NAME
@@ -88,6 +89,8 @@ def _override_text(key: object, value: object) -> str:
         raise TrmError(f"overrides: the key {key!r} is not a spec key such as 'train.lr'")
     if isinstance(value, Mapping):
         raise TrmError(f"overrides[{key!r}]: set a table's keys one by one ('{key}.KEY')")
+    if isinstance(value, str) and value == value.strip() and _reads_as_text(value):
+        return f"{key}={value}"  # as one types it: --set runtime.device=cpu
     try:
         rendered = tomli_w.dumps({"v": value}).removeprefix("v = ").rstrip("\n")
     except TypeError:
@@ -96,6 +99,18 @@ def _override_text(key: object, value: object) -> str:
             "or a list of these)"
         ) from None
     return f"{key}={rendered}"
+
+
+def _reads_as_text(value: str) -> bool:
+    """Whether ``--set KEY=value`` reads ``value`` back as this very text: it is no TOML
+    value (a number, true, a quoted string …), so the reader keeps it as text."""
+    if not value:
+        return False
+    try:
+        tomllib.loads(f"v = {value}")
+    except tomllib.TOMLDecodeError:
+        return True
+    return False
 
 
 def plugin_arguments(

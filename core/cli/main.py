@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         plugins_cmd,
         report_cmd,
         run_cmd,
+        sweep_cmd,
     )
 
     common = argparse.ArgumentParser(add_help=False)
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         report_cmd,
         import_cmd,
         export_cmd,
+        sweep_cmd,
     ):
         module.register(commands, common)
     return parser

@@ -12,6 +12,9 @@ from pathlib import Path
 
 from trm.cli.output import info, print_json
 
+# the file that makes a folder a study (trm sweep), reported as one
+STUDY_DB = "study.db"
+
 
 def register(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser(
@@ -27,6 +30,17 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
         "--json", action="store_true", help="print the summary as one JSON document"
     )
     parser.set_defaults(func=run)
+
+
+def _study_report(study_dir: Path, out_dir: Path, as_json: bool) -> int:
+    """``trm report DIR`` on a study's folder (``trm sweep``): its page and report.json."""
+    from trm.studies.report import make_study_report  # Optuna and matplotlib load here
+
+    report = make_study_report(study_dir, out_dir)
+    info(f"wrote {len(report.pngs)} plots and index.html to {report.out_dir}")
+    if as_json:
+        print_json(report.document)
+    return 0
 
 
 def _folder(text: str) -> Path:
@@ -45,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if check_report_folder(out_dir):
         info(f"replacing the report in {out_dir}")
+    if len(args.run_dirs) == 1 and (args.run_dirs[0] / STUDY_DB).is_file():
+        return _study_report(args.run_dirs[0], out_dir, args.json)
     report = make_report(args.run_dirs, out_dir)
     for summary in report.document["runs"]:
         for switch in summary["activation_checkpointing_switches"]:
