@@ -40,7 +40,7 @@ NOT_TRAINING = {"samples_per_s", "wall_s", "data_wait_s", "mem_host_mb", "mem_de
 GOOD_PUZZLE = "1... .... ..4. ...."
 API_NAMES = {
     "Estimate", "Model", "Run", "RunSummary", "Solution", "TrainingFailed", "TrmError",
-    "__version__", "estimate", "hookimpl", "load", "train",
+    "__version__", "estimate", "hookimpl", "load", "sweep", "train",
 }  # fmt: skip
 
 
@@ -402,10 +402,12 @@ def test_a_text_is_always_the_puzzle_and_a_path_is_a_file(tiny, tmp_path, monkey
         model.solve(tmp_path / "gone.txt")
 
 
-def test_trm_train_has_the_signature_of_the_api_function():
+def test_trm_train_and_sweep_have_the_signatures_of_the_functions_they_call():
     from trm.api.training import train as api_train
+    from trm.studies.sweep import sweep as api_sweep
 
-    ours, theirs = inspect.signature(trm.train), inspect.signature(api_train)
-    assert [(p.name, p.kind, p.default) for p in ours.parameters.values()] == [
-        (p.name, p.kind, p.default) for p in theirs.parameters.values()
-    ]
+    for ours, theirs in ((trm.train, api_train), (trm.sweep, api_sweep)):
+        assert inspect.isfunction(ours)
+        assert [
+            (p.name, p.kind, p.default) for p in inspect.signature(ours).parameters.values()
+        ] == [(p.name, p.kind, p.default) for p in inspect.signature(theirs).parameters.values()]
