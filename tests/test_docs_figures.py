@@ -102,6 +102,8 @@ def figures_of(cell: str, heading: str) -> list[Figure]:
     found = []
     for match in NUMBER_PATTERN.finditer(plain):
         sign, whole, fraction = match.groups()
+        if sign and match.start() > 0 and not plain[match.start() - 1].isspace():
+            sign = ""  # a dash between figures ("48.8%-49.4%"), not a minus
         rest = plain[match.end() :].lstrip()
         value = float(whole.replace(",", "") + (fraction or ""))
         found.append(
@@ -129,14 +131,10 @@ def results_tables(text: str) -> list[Table]:
     ]
 
 
-def named_file(table: Table) -> str | None:
-    """The ``benchmarks/results/….json`` (or ``weights/….json``) named within the lines above
-    the table, the nearest one; None when none is."""
-    for line in reversed(table.above):
-        names = FILE_PATTERN.findall(line)
-        if names:
-            return names[-1]
-    return None
+def named_files(table: Table) -> list[str]:
+    """The ``benchmarks/results/….json`` (and ``weights/….json``) files named within the lines
+    above the table, in order; a table of two documents names both."""
+    return [name for line in table.above for name in FILE_PATTERN.findall(line)]
 
 
 def document_values(document: object) -> list[float]:
@@ -183,16 +181,21 @@ def table_problems(table: Table, repo: Path) -> list[str]:
     """What is wrong with a results table: it names no file, the file is missing, or a number
     of a cell is none of the file's values. Empty when nothing is."""
     where = f"table at line {table.line}"
-    name = named_file(table)
-    if name is None:
+    names = named_files(table)
+    if not names:
         return [
             f"{where} names no file: put `benchmarks/results/<file>.json` on a line within "
             f"the {FILE_LINE_REACH} lines above it, or mark its cells '{NOT_RECORDED}'"
         ]
-    path = repo / name
-    if not path.is_file():
-        return [f"{where} names {name}, which does not exist"]
-    values = document_values(json.loads(path.read_text(encoding="utf-8")))
+    missing = [name for name in names if not (repo / name).is_file()]
+    if missing:
+        return [f"{where} names {name}, which does not exist" for name in missing]
+    values = [
+        value
+        for name in names
+        for value in document_values(json.loads((repo / name).read_text(encoding="utf-8")))
+    ]
+    name = " and ".join(names)
     problems = []
     for row in table.rows:
         for cell, heading in zip(row, table.heading, strict=False):
@@ -251,7 +254,7 @@ def test_a_table_whose_file_reference_is_dropped_fails(tmp_path):
 def test_a_table_whose_file_is_removed_fails(tmp_path):
     doc = _copy_repo_part(tmp_path)
     first = results_tables(doc.read_text(encoding="utf-8"))[0]
-    name = named_file(first)
+    (name,) = named_files(first)
     (tmp_path / name).unlink()
     problems = problems_of(doc, tmp_path)
     assert f"table at line {first.line} names {name}, which does not exist" in problems
@@ -287,11 +290,17 @@ def test_a_table_with_no_numbers_needs_no_file(tmp_path):
         ("0.361", "MFU", 0.3616, False),
         ("-0.6%", "error", -0.006, True),
         ("-0.6%", "error", 0.006, False),
+        ("48.8%-49.4%", "min-max", 0.488, True),
         ("0.98", "peak RSS GiB", 0.98 * 2**30, True),
         ("0.98", "peak RSS", 0.98 * 2**30, False),
         ("272 MiB (27%)", "peak saved", 272.4 * 2**20, True),
     ],
 )
 def test_a_figure_matches_a_value_only_as_the_table_rounds_it(cell, heading, value, matches):
-    (figure,) = figures_of(cell, heading)[:1]
+    figure = figures_of(cell, heading)[0]
     assert shows(figure, value) is matches
+
+
+def test_a_dash_between_two_figures_is_not_a_minus():
+    assert [f.value for f in figures_of("48.8%-49.4%", "min-max")] == [48.8, 49.4]
+    assert [f.value for f in figures_of("from -0.6% to +2.0%", "")] == [-0.6, 2.0]
