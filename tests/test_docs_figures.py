@@ -102,7 +102,8 @@ def figures_of(cell: str, heading: str) -> list[Figure]:
     found = []
     for match in NUMBER_PATTERN.finditer(plain):
         sign, whole, fraction = match.groups()
-        if sign and match.start() > 0 and not plain[match.start() - 1].isspace():
+        before = plain[match.start() - 1] if match.start() > 0 else " "
+        if sign and not (before.isspace() or before in "(["):
             sign = ""  # a dash between figures ("48.8%-49.4%"), not a minus
         rest = plain[match.end() :].lstrip()
         value = float(whole.replace(",", "") + (fraction or ""))
@@ -304,3 +305,4 @@ def test_a_figure_matches_a_value_only_as_the_table_rounds_it(cell, heading, val
 def test_a_dash_between_two_figures_is_not_a_minus():
     assert [f.value for f in figures_of("48.8%-49.4%", "min-max")] == [48.8, 49.4]
     assert [f.value for f in figures_of("from -0.6% to +2.0%", "")] == [-0.6, 2.0]
+    assert [f.value for f in figures_of("first (−12.5%)", "")] == [-12.5]
