@@ -1,5 +1,6 @@
-"""Every results table in docs/performance.md names the JSON document its figures come from,
-and each number of the table is one of that document's values (as the table rounds it).
+"""Every results table in docs/performance.md (and the user guide's table of shipped models)
+names the JSON document its figures come from, and each number of the table is one of that
+document's values (as the table rounds it).
 
 A *results table* is a Markdown table with a number in a body cell (code spans aside). Within
 the 3 lines above it a line names its file as ``benchmarks/results/<file>.json`` (or a shipped
@@ -223,6 +224,15 @@ def problems_of(doc: Path, repo: Path) -> list[str]:
 
 def test_every_results_table_of_performance_md_names_its_file_and_its_numbers_are_in_it():
     assert problems_of(PERFORMANCE, REPO) == []
+
+
+def test_the_shipped_models_figures_in_the_user_guide_are_their_manifests():
+    guide = REPO / "docs" / "user-guide.md"
+    (table,) = [
+        t for t in results_tables(guide.read_text(encoding="utf-8")) if "solves" in t.heading
+    ]
+    assert named_files(table) == ["weights/quickstart.json", "weights/sudoku9-laptop.json"]
+    assert problems_of(guide, REPO) == []
 
 
 def test_performance_md_has_results_tables_to_check():
