@@ -45,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import provenance
+
 GIB = 2**30
 SHAPES = {
     # name: (shipped spec, seq_len, vocab, the micro-batch both settings run at)
@@ -429,7 +431,7 @@ def main() -> None:
         parser.error(
             f"--only: unknown shape(s) {', '.join(unknown)}; choose from {', '.join(SHAPES)}"
         )
-    document = measure(args)
+    document = measure(args) | {"provenance": provenance()}
     print(json.dumps(document, indent=2) if args.json else table(document, args.markdown))
 
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from typing import Any
 
+from provenance import provenance
 from tables import print_rows
 
 COLUMNS = (
@@ -88,7 +89,8 @@ def main() -> None:
                 reports.append(run_one(spec, plugins.strip(), args))
     if args.json:
         machine = {"machine": platform.machine(), "processor": platform.processor()}
-        print(json.dumps({"machine": machine, "runs": reports}, indent=2))
+        document = {"provenance": provenance(), "machine": machine, "runs": reports}
+        print(json.dumps(document, indent=2))
         return
     print_table(reports, args.markdown)
 

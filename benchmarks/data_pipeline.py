@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from provenance import provenance
+
 
 def drop_caches() -> bool:
     """Empty the page cache (root only); False where that is not allowed."""
@@ -86,6 +88,7 @@ def main() -> None:
         machine = {"machine": platform.machine(), "processor": platform.processor()}
         document = {"machine": machine, "spec": args.spec, "data": args.data, "runs": runs}
         document["train_split_bytes"] = size
+        document["provenance"] = provenance()
         print(json.dumps(document, indent=2))
         return
     print(f"{args.spec} on {args.data} ({size / 2**30:.1f} GiB train split), batch {args.batch}")

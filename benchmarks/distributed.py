@@ -39,6 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import provenance
+
 
 def cpu_name() -> str:
     """The CPU's model name from /proc/cpuinfo (Linux), else what platform says."""
@@ -282,6 +284,7 @@ def main() -> None:
         "spec": args.spec,
         "training": training,
         "exchange": exchange,
+        "provenance": provenance(),
     }
     if args.json:
         print(json.dumps(document, indent=2))

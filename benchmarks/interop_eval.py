@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import torch
+from provenance import provenance
 
 from trm.measure.flops import model_flops
 from trm.model import build_model
@@ -106,6 +107,7 @@ def main() -> None:
         "measure_rows": args.measure_rows,
         "assumed_flop_per_s": ASSUMED,
         "eval_s": times,
+        "provenance": provenance(),
     }
     if args.json:
         print(json.dumps(document, indent=2))

@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import provenance
 from tables import print_rows
 
 from trm.contrib.curriculum import read_options as curriculum_options
@@ -489,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{H},{L}": t for (H, L), t in sorted(step_s.measured.items() if step_s else [])
         },
         "configs": results,
+        "provenance": provenance(),
     }
     (args.out / "learning.json").write_text(json.dumps(document, indent=2) + "\n")
     if args.json:

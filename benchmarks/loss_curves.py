@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from provenance import provenance
 from tables import print_rows
 
 
@@ -80,6 +81,7 @@ def main() -> None:
     result = compare(losses(args.run_a), losses(args.run_b), max(1, args.window))
     result["a"] = {"run": str(args.run_a), **summary(args.run_a)}
     result["b"] = {"run": str(args.run_b), **summary(args.run_b)}
+    result["provenance"] = provenance()
     if args.json:
         print(json.dumps(result, indent=1))
         return

@@ -46,6 +46,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from provenance import provenance
+
 GOAL = 0.10
 SEQ_LEN, VOCAB = 81, 11  # 9x9 Sudoku, the shape of every row that names no other
 
@@ -480,6 +482,7 @@ def main() -> int:
         "within_goal": len(ok),
         "total": len(rows),
         "skipped_no_native_bf16": skipped,
+        "provenance": provenance(),
     }
     if args.json:
         print(json.dumps(summary, indent=2))

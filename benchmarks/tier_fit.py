@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from provenance import provenance
+
 BAND_POINTS = 0.15
 
 
@@ -103,7 +105,8 @@ def main() -> int:
                 flush=True,
             )
     if args.json:
-        print(json.dumps({"spec": args.spec, "rows": rows}, indent=2))
+        document = {"spec": args.spec, "rows": rows, "provenance": provenance()}
+        print(json.dumps(document, indent=2))
     return 0
 
 

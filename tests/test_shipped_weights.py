@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
+import attrs
 import numpy as np
 import pytest
 import torch
@@ -85,6 +86,18 @@ def test_each_shipped_file_matches_its_manifest_and_loads_weights_only(name):
         assert kind.source == spec.data.source
         assert kind.count > 0
         assert 0.0 <= kind.exact_accuracy <= kind.cell_accuracy <= 1.0
+
+
+@pytest.mark.parametrize("name", shipped_names())
+def test_each_manifest_reports_fresh_puzzles_first_not_the_split_its_checkpoint_was_chosen_on(
+    name,
+):
+    manifest = shipped_manifest(name)
+    fresh = manifest.kinds[0]
+    assert fresh.seed != manifest.seed  # another build seed: puzzles the run never saw
+    for kind in manifest.kinds:
+        if kind.seed == manifest.seed:  # the run's own held-out split says what it is
+            assert "chosen on" in kind.kind
 
 
 # --- trm solve NAME / trm eval NAME --------------------------------------------------------
@@ -319,6 +332,36 @@ def test_each_recipe_kind_is_valid_options_of_its_spec(name):
         assert kind.count <= options["test_count"]
 
 
+@pytest.mark.parametrize("name", sorted(_script().RECIPES))
+def test_each_recipe_scores_fresh_puzzles_first(name):
+    recipe = _script().RECIPES[name]
+    spec = load_spec(resolve_spec_path(recipe.run_args[0]))
+    assert recipe.kinds[0].seed not in (None, spec.train.seed)
+
+
+def test_rescore_scores_the_shipped_file_again_and_keeps_how_it_was_trained(
+    generated_run, tmp_path
+):
+    script = _script()
+    recipe = script.ShippedRecipe(
+        name="tiny4",
+        description="a tiny test model",
+        trained_on="64 generated 4x4 puzzles",
+        puzzle="4x4 Sudoku (16 cells)",
+        run_args=[str(generated_run.spec)],
+        kinds=[script.KindRecipe("the run's held-out split", count=16)],
+    )
+    out = tmp_path / "out"
+    shipped = script.ship(recipe, generated_run.run, "trm run tiny", "abc123", out)
+    fresh = script.KindRecipe("7 clues, fresh", {"clues": 7}, seed=11, count=10)
+    again = script.rescore(attrs.evolve(recipe, kinds=[fresh, *recipe.kinds]), out)
+    assert [k.kind for k in again.kinds] == ["7 clues, fresh", "the run's held-out split"]
+    assert again.kinds[1] == shipped.kinds[0]  # the same split scores the same
+    assert again.kinds[0].seed == 11 and again.kinds[0].count == 10
+    assert attrs.evolve(again, kinds=shipped.kinds) == shipped  # the training record is kept
+    assert read_manifest(out / "tiny4.json") == again
+
+
 def _run_script(*args: str | Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "shipped_weights.py"), *map(str, args)],
@@ -338,9 +381,16 @@ def test_the_script_from_run_records_the_given_command_and_prints_json(generated
     assert done.returncode == 0, done.stderr
     (model,) = json.loads(done.stdout)["models"]
     assert model["command"] == command
-    assert model["kinds"][0]["count"] == 16  # the tiny run's whole held-out split
+    assert model["kinds"][1]["count"] == 16  # the tiny run's whole held-out split
     assert model["sha256"] == file_sha256(out / "quickstart.pt")
     assert read_manifest(out / "quickstart.json").to_json() == model
+
+
+def test_the_script_rescore_without_only_is_one_line(tmp_path):
+    done = _run_script("--rescore", "--out", tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.count("error:") == 1 and "--rescore needs --only" in done.stderr
+    assert not any(tmp_path.iterdir())
 
 
 def test_the_script_from_run_without_a_command_is_one_line(generated_run, tmp_path):
