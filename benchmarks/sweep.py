@@ -18,12 +18,10 @@ import shutil
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from learning import machine
-from shipped_weights import current_commit
+from provenance import provenance
 from tables import print_rows
 
 STUDY = """\
@@ -175,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     keys = ["arch.H_cycles", "arch.L_cycles", "train.lr"]
     rows = [_row(trial, keys) for trial in result["trials"]]
     print_rows(["trial", "state", *keys, "best exact", "wall s"], rows)
-    print(f"{document['wall_s']} s in all on {document['machine']}; render: {document['render']}")
+    cpu = document["provenance"]["machine"]["cpu_model"]
+    print(f"{document['wall_s']} s in all on {cpu}; render: {document['render']}")
     return 0
 
 
