@@ -147,12 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     reported = trm("report", str(args.out / "study"), "--json")
     page = args.out / "study" / "report" / "index.html"
     document = {
-        "command": "python benchmarks/sweep.py "
-        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "provenance": provenance(),
         "sweep_command": "trm " + " ".join(command),
-        "commit": current_commit(),
-        "machine": machine(),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "load_before": round(load_before, 2),
         "load_after": round(os.getloadavg()[0], 2),
         "steps_per_trial": args.steps,
