@@ -88,6 +88,18 @@ def tiny(tmp_path_factory) -> SimpleNamespace:
     (base / "text" / f"step_{STEP}").write_text("these are my notes\n")
     (base / "text" / "all_config.yaml").write_text((base / "good" / "all_config.yaml").read_text())
     cases.text = base / "text" / f"step_{STEP}"
+    head = next(k for k in state if k.endswith("lm_head.weight"))
+    cases.integer_tensor = variant("int", weights={**state, head: state[head].long()})
+    (base / "empty").mkdir()
+    cases.empty_folder = base / "empty"
+    cases.yaml_file = base / "good" / "all_config.yaml"
+    newest = sorted((trained / "checkpoints").glob("step-*.pt"))[-1]
+    cases.truncated = base / "truncated.pt"
+    cases.truncated.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    (base / "hash").mkdir()
+    cases.bad_hash = base / "hash" / newest.name
+    cases.bad_hash.write_bytes(newest.read_bytes())
+    (base / "hash" / f"{newest.name}.sha256").write_text(f"{'0' * 64}  {newest.name}\n")
     return cases
 
 
@@ -182,6 +194,11 @@ def test_export_needs_a_known_format(tiny, tmp_path, cli):
         ("wrong_shape", ["does not fit this run's model", "lm_head.weight"]),
         ("missing_key", ["does not fit this run's model", "is missing"]),
         ("extra_key", ["unexpected"]),
+        ("integer_tensor", ["holds torch.int64, not weights"]),
+        ("empty_folder", ["no step_N checkpoint"]),
+        ("yaml_file", ["not a PyTorch file"]),
+        ("truncated", ["--init-from"]),
+        ("bad_hash", ["SHA-256"]),
     ],
 )
 def test_bad_init_from_is_one_line_and_writes_no_run(tiny, tmp_path, cli, case, fragments):
@@ -192,7 +209,7 @@ def test_bad_init_from_is_one_line_and_writes_no_run(tiny, tmp_path, cli, case, 
     run_dir = tmp_path / "run"
     result = cli("run", spec, "--out", run_dir, "--init-from", getattr(tiny, case))
     assert_one_line_error(result, *fragments)
-    assert _files(run_dir) == {} if run_dir.exists() else True
+    assert not run_dir.exists()  # checked before the run folder, its lock or its data
     assert not tiny.marker.exists()
 
 
@@ -201,3 +218,26 @@ def test_init_from_a_path_that_does_not_exist(tiny, tmp_path, cli):
     result = cli("run", spec, "--out", tmp_path / "run", "--init-from", tmp_path / "nope")
     assert_one_line_error(result, "--init-from", "no such checkpoint")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_refused_init_from_builds_no_data_into_the_run_folder(tiny, tmp_path, cli):
+    spec = tmp_path / "built.toml"  # no data.dir: the run would build its data into --out
+    spec.write_text(
+        write_spec(tmp_path, tiny.data, max_steps=1)
+        .read_text()
+        .replace(f'dir = "{tiny.data}"', "[data.generate]\nsize = 4\ncount = 32\ntest_count = 8")
+    )
+    run_dir = tmp_path / "run"
+    result = cli("run", spec, "--out", run_dir, "--init-from", tiny.text)
+    assert_one_line_error(result, "not a PyTorch file")
+    assert not run_dir.exists()
+
+
+def test_a_refused_init_from_leaves_an_existing_run_folder_as_it_was(tiny, tmp_path, cli):
+    spec = write_spec(tmp_path, tiny.data, max_steps=1)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "notes.txt").write_text("mine")
+    result = cli("run", spec, "--out", run_dir, "--init-from", tiny.wrong_shape)
+    assert_one_line_error(result, "does not fit this run's model")
+    assert sorted(p.name for p in run_dir.iterdir()) == ["notes.txt"]
