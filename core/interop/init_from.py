@@ -78,10 +78,21 @@ def fit_weights(
 ) -> tuple[dict[str, Tensor], str | None]:
     """``weights`` shaped for the model whose state dict is ``live``: the puzzle table by the
     mean-row rule when only its rows differ (the line saying so is returned). TrmError
-    listing every other missing, unexpected or wrongly shaped tensor."""
+    listing every other missing, unexpected or wrongly shaped tensor.
+
+    A puzzle table of zeros where the model has none is left out: it is what ``trm export``
+    writes for ``puzzle_emb_ndim = 0`` (see ``trm.interop.reference_config``), the same
+    function, so an exported run seeds its own spec again."""
+    note = None
+    table = weights.get(PUZZLE_TABLE)
+    if table is not None and PUZZLE_TABLE not in live and not table.any():
+        weights = {k: v for k, v in weights.items() if k != PUZZLE_TABLE}
+        note = (
+            "init-from: the checkpoint's zero puzzle table (what trm export writes for "
+            "puzzle_emb_ndim = 0) is left out: this run has no puzzle table"
+        )
     problems = [f"{k} is missing" for k in sorted(set(live) - set(weights))]
     problems += [f"unexpected {k}" for k in sorted(set(weights) - set(live))]
-    note = None
     fitted = {}
     for key in sorted(set(weights) & set(live)):
         tensor, want = weights[key], live[key]
