@@ -241,3 +241,74 @@ def test_a_refused_init_from_leaves_an_existing_run_folder_as_it_was(tiny, tmp_p
     result = cli("run", spec, "--out", run_dir, "--init-from", tiny.wrong_shape)
     assert_one_line_error(result, "does not fit this run's model")
     assert sorted(p.name for p in run_dir.iterdir()) == ["notes.txt"]
+
+
+def _with(change):
+    def changed(config: dict) -> dict:
+        change(config)
+        return config
+
+    return changed
+
+
+CONFIG_CASES = [
+    ("epochs-text", _with(lambda c: c.update(epochs="lots")), ["epochs", "expected a number"]),
+    ("epochs-null", _with(lambda c: c.update(epochs=None)), ["epochs", "got null"]),
+    (
+        "eval-interval-text",
+        _with(lambda c: c.update(eval_interval="often")),
+        ["eval_interval", "expected a whole number", "'often'"],
+    ),
+    (
+        "eval-interval-negative",
+        _with(lambda c: c.update(eval_interval=-3)),
+        ["eval_interval", "-3", "at least 1"],
+    ),
+    (
+        "loss-type-list",
+        _with(lambda c: c["arch"]["loss"].update(loss_type=["softmax_cross_entropy"])),
+        ["arch.loss.loss_type", "expected a text", "a list"],
+    ),
+    (
+        "forward-dtype-list",
+        _with(lambda c: c["arch"].update(forward_dtype=["float32"])),
+        ["arch.forward_dtype", "expected a text", "a list"],
+    ),
+    (
+        "numeric-key-beside-unknown",
+        _with(lambda c: c.update({5: 1, "zzz": 2})),
+        ["5", "trm cannot honour this key"],
+    ),
+    (
+        "numeric-arch-key",
+        _with(lambda c: c["arch"].update({7: 1, "zzz": 2})),
+        ["arch.7", "trm cannot honour this key"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "fragments"), CONFIG_CASES, ids=[c[0] for c in CONFIG_CASES]
+)
+def test_a_wrongly_typed_config_value_is_one_line_naming_the_key(
+    tiny, tmp_path, cli, case, change, fragments
+):
+    config = change(reference_config(tiny.data, reference_arch()))
+    path = tmp_path / "all_config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "imported"
+    result = cli("import", tiny.good, "--config", path, "--out", out)
+    assert_one_line_error(result, str(path), *fragments)
+    assert not out.exists()
+
+
+def test_the_arc_evaluator_named_as_a_bare_word_is_accepted(tiny, tmp_path, cli):
+    """``evaluators: [arc@ARC]``, the form docs/interop.md shows."""
+    config = reference_config(tiny.data, reference_arch())
+    config["evaluators"] = ["arc@ARC"]
+    path = tmp_path / "all_config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "imported"
+    result = cli("import", tiny.good, "--config", path, "--out", out)
+    assert result.code == 0, result.err
+    assert 'eval_pool = true' in (out / "spec.toml").read_text()
