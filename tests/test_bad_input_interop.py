@@ -311,4 +311,37 @@ def test_the_arc_evaluator_named_as_a_bare_word_is_accepted(tiny, tmp_path, cli)
     out = tmp_path / "imported"
     result = cli("import", tiny.good, "--config", path, "--out", out)
     assert result.code == 0, result.err
-    assert 'eval_pool = true' in (out / "spec.toml").read_text()
+    assert "eval_pool = true" in (out / "spec.toml").read_text()
+
+
+@pytest.mark.parametrize(
+    ("source", "fragments"),
+    [
+        ("nosuch", ["--source nosuch", "unknown data source", "sudoku"]),
+        ("maze", ["--source maze", "not maze puzzles", "look like sudoku"]),
+    ],
+)
+def test_an_unknown_or_contradicted_source_is_refused(tiny, tmp_path, cli, source, fragments):
+    out = tmp_path / "imported"
+    result = cli("import", tiny.good, "--source", source, "--out", out)
+    assert_one_line_error(result, *fragments)
+    assert not out.exists()
+
+
+def test_a_source_other_than_the_datasets_build_record_is_refused(tiny, tmp_path, cli):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny.data, data)
+    (data / "build.json").write_text('{"source": "sudoku", "options": {}, "seed": 0}')
+    out = tmp_path / "imported"
+    result = cli("import", tiny.good, "--data", data, "--source", "arc", "--out", out)
+    assert_one_line_error(result, "--source arc contradicts", "build.json", "'sudoku'")
+    assert not out.exists()
+
+
+def test_the_datasets_own_source_given_with_source_is_accepted(tiny, tmp_path, cli):
+    out = tmp_path / "imported"
+    result = cli("import", tiny.good, "--source", "sudoku", "--out", out)
+    assert result.code == 0, result.err
+    assert 'source = "sudoku"' in (out / "spec.toml").read_text()

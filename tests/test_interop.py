@@ -292,9 +292,7 @@ def test_a_quickstart_like_run_exports_as_an_equivalent_the_reference_builds(
     torch.testing.assert_close(trm_logits(run_dir, inputs), expected, atol=1e-4, rtol=1e-4)
 
 
-def test_an_exported_quickstart_like_run_seeds_the_same_spec_with_init_from(
-    tiny, tmp_path, capsys
-):
+def test_an_exported_quickstart_like_run_seeds_the_same_spec_with_init_from(tiny, tmp_path, capsys):
     """The export's zero puzzle table stands for puzzle_emb_ndim = 0: the round trip through
     the reference's layout comes back to the run's own weights."""
     spec = write_spec(tmp_path, tiny.data, max_steps=2)
