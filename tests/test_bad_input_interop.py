@@ -345,3 +345,32 @@ def test_the_datasets_own_source_given_with_source_is_accepted(tiny, tmp_path, c
     result = cli("import", tiny.good, "--source", "sudoku", "--out", out)
     assert result.code == 0, result.err
     assert 'source = "sudoku"' in (out / "spec.toml").read_text()
+
+
+@pytest.mark.parametrize("command", ["import", "export"])
+def test_an_empty_out_is_refused(tiny, tmp_path, cli, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)  # an empty folder: "" would otherwise mean it
+    source = tiny.good if command == "import" else tiny.trained
+    extra = ["--format", "reference"] if command == "export" else []
+    result = cli(command, source, *extra, "--out", "")
+    assert_one_line_error(result, "--out", "empty")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("command", ["import", "export"])
+def test_an_out_on_a_read_only_mount_is_one_line(tiny, tmp_path, cli, monkeypatch, command):
+    """Root writes anywhere, so the read-only folder is a write that fails as on one."""
+    real_mkdir = Path.mkdir
+
+    def read_only(self, *args, **kwargs):
+        if self.parent == tmp_path:
+            raise OSError(30, "Read-only file system", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    source = tiny.good if command == "import" else tiny.trained
+    extra = ["--format", "reference"] if command == "export" else []
+    out = tmp_path / "out"
+    result = cli(command, source, *extra, "--out", out)
+    assert_one_line_error(result, f"--out {out}", "Read-only file system", "choose another")
+    assert not list(tmp_path.iterdir())

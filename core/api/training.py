@@ -28,7 +28,7 @@ from trm.loop import Trainer
 from trm.loop.checkpoints import parse_interval
 from trm.measure.stage_speed import time_depths
 from trm.memory import DEFAULT_MODE, EXTREME_RISKS
-from trm.paths import default_run_dir
+from trm.paths import default_run_dir, out_argument
 from trm.plan import plan_run
 from trm.plan.budget import BudgetPlan, given_steps, plan_steps, write_budget_record
 from trm.plan.build import BUILD_RECORD
@@ -157,7 +157,7 @@ def train(
         plugins=_texts(plugins, "plugins"),
         mode=mode,
         overrides=_texts(overrides or (), "overrides"),
-        out=Path(out) if out is not None else None,
+        out=out_argument(out, "out"),
         resume=str(resume),
         max_steps=max_steps,
     )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from trm.errors import RankZeroStopped, TrmError
+from trm.paths import out_argument
 
 __all__ = ["RankZeroStopped"]  # re-exported: raised by trm.api under torchrun too
 
@@ -39,6 +41,17 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """An argparse type: a whole number of at least 0 (0 usually means "all")."""
     return _whole_number(text, 0, "0 (all) or more")
+
+
+def out_folder(text: str) -> Path:
+    """An argparse type for ``--out``: a path, never empty text (which would mean the current
+    folder)."""
+    try:
+        path = out_argument(text)
+    except TrmError:
+        raise argparse.ArgumentTypeError("is empty; give the folder to write to") from None
+    assert path is not None
+    return path
 
 
 def add_set_option(parser: argparse.ArgumentParser) -> None:

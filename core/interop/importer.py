@@ -108,6 +108,23 @@ def check_output(out: Path) -> None:
         raise TrmError(f"--out {out}: folder {out.parent} does not exist")
 
 
+def make_staging(out: Path, kind: str) -> Path:
+    """A new empty folder beside ``out`` to assemble it in (``kind``: importing, exporting);
+    TrmError when that folder cannot be written (a read-only mount, no room)."""
+    staging = out.parent / f".{out.name}.{kind}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir()
+    except OSError as exc:
+        raise unwritable(out, exc) from None
+    return staging
+
+
+def unwritable(out: Path, exc: OSError) -> TrmError:
+    """The one line for an ``--out`` that cannot be written."""
+    return TrmError(f"--out {out} cannot be written ({exc.strerror or exc}); choose another --out")
+
+
 def _resolve_data(given: Path | None, mapped: MappedConfig, config_path: Path) -> Path:
     """``--data``, else the config's data_paths[0] found from the current folder or the
     config's; TrmError saying which places were tried."""
@@ -322,14 +339,15 @@ def import_reference(
         "step": step,
         "left_out": {key: why for key, why in mapped.ignored},
     }
-    staging = out.parent / f".{out.name}.importing-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    staging = make_staging(out, "importing")
     try:
         _write_run(pm, staging, spec, model, shape, data_dir, step, record)
         if out.exists():
             out.rmdir()
         os.replace(staging, out)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise unwritable(out, exc) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
