@@ -358,3 +358,25 @@ def test_the_manifest_names_the_accelerator_a_run_trained_on():
     assert device_words("cuda:1", hardware) == "cuda:1"  # no record of GPU 1
     assert device_words("cpu", hardware) == "cpu"
     assert device_words("cpu", {}) == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragments"),
+    [
+        ("seed", -1, ["kinds[0].seed", "-1 is outside"]),
+        ("count", 0, ["kinds[0].count", "0 is outside"]),
+        ("exact_accuracy", 1.5, ["kinds[0].exact_accuracy", "1.5 is outside"]),
+        ("source", "nosuch", ["kinds[0].source", "'nosuch'", "'sudoku'"]),
+    ],
+)
+def test_a_manifest_kind_with_a_bad_value_is_one_line(
+    cli, tmp_path, monkeypatch, field, value, fragments
+):
+    folder = _copy_of_shipped(tmp_path, monkeypatch)
+    manifest = folder / "quickstart.json"
+    document = json.loads(manifest.read_text())
+    document["kinds"][0][field] = value
+    manifest.write_text(json.dumps(document))
+    for args in (["solve", "quickstart", QUICKSTART_PUZZLE], ["eval", "quickstart"]):
+        result = cli(*args)
+        assert_one_line_error(result, "manifest", "quickstart.json", *fragments)

@@ -29,6 +29,7 @@ from trm.runtime import RuntimeChoice
 from trm.shipped import (
     CHECKPOINT_SUFFIX,
     Manifest,
+    check_kind_sources,
     looks_like_a_name,
     shipped_dir,
     shipped_manifest,
@@ -282,6 +283,8 @@ def load_model(path: Path, plugins: tuple[str, ...], log: Log) -> Model:
     payload = _load_payload(pm, path)
     runtime = runtime_here(pm, checkpoint_spec(payload), detect_hardware(pm), log)
     spec, module = restore_model(payload, torch.device(runtime.device))
+    if manifest is not None:
+        check_kind_sources(manifest, spec.data.source)
     step = payload.get("step")
     return Model(
         spec=spec,
