@@ -223,21 +223,21 @@ def _read_input(
 
 
 def _first_rank_decides(check: Callable[[], T], world: World) -> T:
-    """``check()`` on every rank; when it refuses rank 0's input, every rank stops: rank 0
-    raises the error, the others :class:`RankZeroStopped` (they exit quietly). A rank whose
-    own check fails where rank 0's passed raises its own error."""
+    """``check()`` on every rank; when it refuses any rank's input, every rank stops: rank 0
+    raises the error (its own, else the first refusing rank's, named), the others
+    :class:`RankZeroStopped` (they exit quietly), so the error is said once."""
     try:
         value, refused = check(), None
     except TrmError as exc:
         value, refused = None, exc
-    first = distributed.broadcast_from_first(
-        None if refused is None else str(refused), patient=True
-    )
-    if first is not None and not world.is_first:
-        raise RankZeroStopped(first)
-    if refused is not None:
-        raise refused
-    return value  # type: ignore[return-value]
+    said = distributed.gather_objects(None if refused is None else str(refused), patient=True)
+    first = next(((rank, text) for rank, text in enumerate(said) if text is not None), None)
+    if first is None:
+        return value  # type: ignore[return-value]
+    rank, text = first
+    if not world.is_first:
+        raise RankZeroStopped(text)
+    raise refused if refused is not None else TrmError(f"rank {rank}: {text}")
 
 
 def _run(
