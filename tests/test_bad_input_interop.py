@@ -195,10 +195,10 @@ def test_export_needs_a_known_format(tiny, tmp_path, cli):
         ("missing_key", ["does not fit this run's model", "is missing"]),
         ("extra_key", ["unexpected"]),
         ("integer_tensor", ["holds torch.int64, not weights"]),
-        ("empty_folder", ["no step_N checkpoint"]),
-        ("yaml_file", ["not a PyTorch file"]),
-        ("truncated", ["--init-from"]),
-        ("bad_hash", ["SHA-256"]),
+        ("empty_folder", ["--init-from", "no step_N checkpoint"]),
+        ("yaml_file", ["--init-from", "not a PyTorch file"]),
+        ("truncated", ["--init-from", "cannot be read"]),
+        ("bad_hash", ["--init-from", "SHA-256"]),
     ],
 )
 def test_bad_init_from_is_one_line_and_writes_no_run(tiny, tmp_path, cli, case, fragments):

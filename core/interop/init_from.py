@@ -135,7 +135,11 @@ def check_init_from(
         return
     if resume == "auto" and inspect_run_dir(run_dir).checkpoint_steps:
         return
-    weights, _ = read_weights(pm, path)
+    try:
+        weights, _ = read_weights(pm, path)
+    except TrmError as exc:  # say which option gave the file, once
+        said = str(exc)
+        raise TrmError(said if "--init-from" in said else f"--init-from {path}: {said}") from None
     shape = dataset_shape(pm, spec, run_dir)  # never builds into run_dir
     with torch.device("meta"):
         live = build_model(spec.arch, shape).state_dict()
