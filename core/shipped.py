@@ -25,7 +25,7 @@ from typing import Any
 from attrs import define, field
 
 from trm.errors import TrmError
-from trm.spec import CONVERTER, structure_strict
+from trm.spec import CONVERTER, MAX_SEED, structure_strict
 
 # The environment variable naming a folder of shipped models used instead of the package's.
 SHIPPED_DIR_ENV = "TRM_SHIPPED_DIR"
@@ -141,7 +141,38 @@ def read_manifest(path: Path) -> Manifest:
         raise TrmError(f"manifest {path} is not valid JSON ({exc}); it is damaged") from None
     if not isinstance(data, dict):
         raise TrmError(f"manifest {path} holds {type(data).__name__}, not a JSON object")
-    return structure_strict(data, Manifest, f"manifest {path}")
+    manifest = structure_strict(data, Manifest, f"manifest {path}")
+    for index, kind in enumerate(manifest.kinds):
+        _check_range(path, f"kinds[{index}].seed", kind.seed, 0, MAX_SEED)
+        _check_range(path, f"kinds[{index}].count", kind.count, 1, None)
+        _check_range(path, f"kinds[{index}].exact_accuracy", kind.exact_accuracy, 0.0, 1.0)
+        _check_range(path, f"kinds[{index}].cell_accuracy", kind.cell_accuracy, 0.0, 1.0)
+    return manifest
+
+
+def _check_range(path: Path, key: str, value: float, low: float, high: float | None) -> None:
+    """TrmError naming the manifest and key unless ``low <= value <= high`` (no upper bound
+    for None; nan is outside)."""
+    if low <= value and (high is None or value <= high):
+        return
+    bounds = f"[{low}, {high}]" if high is not None else f"at least {low}"
+    raise TrmError(
+        f"manifest {path}: {key}: {value} is outside {bounds}; it is damaged (reinstall trm "
+        "or regenerate it with benchmarks/shipped_weights.py)"
+    )
+
+
+def check_kind_sources(manifest: Manifest, source: str) -> None:
+    """TrmError unless every kind of ``manifest`` is of ``source``, the data source of the
+    model it describes (its puzzles are regenerated with that source)."""
+    for index, kind in enumerate(manifest.kinds):
+        if kind.source != source:
+            path = shipped_dir() / f"{manifest.name}{MANIFEST_SUFFIX}"
+            raise TrmError(
+                f"manifest {path}: kinds[{index}].source: {kind.source!r} is not the data "
+                f"source the model was trained on ({source!r}); it is damaged (reinstall trm "
+                "or regenerate it with benchmarks/shipped_weights.py)"
+            )
 
 
 def file_sha256(path: Path) -> str:

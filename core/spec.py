@@ -247,6 +247,8 @@ def _require_table(value: Any) -> dict[str, Any]:
 
 def _value_words(value: Any) -> str:
     """A TOML value as the user wrote it: ``true``, ``5``, ``"abc"``, a list, a table."""
+    if value is None:
+        return "null"  # JSON's and YAML's (TOML has none)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -310,6 +312,15 @@ def structure_strict(data: dict[str, Any], cls: type, where: str, root: str = ""
         lines = cattrs.transform_error(exc, format_exception=_format_problem)
         problems = [_rewrite_path(line, root) for line in lines]
         raise TrmError(f"{where}: {'; '.join(problems)}") from exc
+
+
+def structure_value(value: Any, kind: Any, where: str, key: str) -> Any:
+    """One value as ``kind`` (``float``, ``int | None``) by the strict converter, or
+    TrmError ``where: key: expected …, got …`` in :func:`structure_strict`'s words."""
+    try:
+        return CONVERTER.structure(value, kind)
+    except (TypeError, ValueError, cattrs.BaseValidationError) as exc:
+        raise TrmError(f"{where}: {key}: {_format_problem(exc, kind)}") from None
 
 
 def _rewrite_path(line: str, root: str) -> str:

@@ -362,3 +362,25 @@ def test_generated_tier_specs_share_one_built_dataset(tiny, tmp_path, cli, monke
     run = cli("run", tmp_path / "gen" / "tiny-balanced.toml", "--max-steps", "1")
     assert run.code == 0, run.err
     assert not (tmp_path / "runs" / "tiny-balanced" / "data").exists()
+
+
+# ---------------------------------------------------------------- --out ""
+
+
+def test_run_with_an_empty_out_is_refused_and_writes_nothing(tiny, tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # "" would train into the current folder
+    (tmp_path / "mine.txt").write_text("my own file")
+    result = cli("run", tiny.spec, "--out", "")
+    assert_one_line_error(result, "--out", "empty")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+
+
+def test_train_with_an_empty_out_is_refused_and_writes_nothing(tiny, tmp_path, monkeypatch):
+    import trm
+    from trm.errors import TrmError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.txt").write_text("my own file")
+    with pytest.raises(TrmError, match="out is empty"):
+        trm.train(str(tiny.spec), out="", plugins=["no:progress"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]

@@ -121,3 +121,9 @@ def test_missing_checkpoint_for_eval(cli, tmp_path):
 def test_data_build_bad_option_names_the_field(cli, tmp_path):
     result = cli("data", "build", "sudoku", "--out", tmp_path / "d", "--size", "5")
     assert_one_line_error(result, "size")
+
+
+@pytest.mark.parametrize("seconds", ["nan", "inf", "-inf", "0"])
+def test_bench_peak_seconds_must_be_a_finite_positive_number(cli, seconds):
+    result = cli("bench", "quickstart", f"--peak-seconds={seconds}")
+    assert_one_line_error(result, "--peak-seconds", "finite number of seconds above 0")

@@ -213,6 +213,36 @@ def test_one_process_resumes_a_two_rank_checkpoint_and_says_the_world_changed(
     assert max_relative_difference(resumed["model"], uninterrupted["model"]) <= 1e-5
 
 
+def test_a_spec_missing_on_one_rank_is_named_once(tmp_path: Path) -> None:
+    """Rank 1 is given a spec file that does not exist, rank 0 a good one: one error line,
+    from rank 0, naming the missing file; no collective failure, no run folder."""
+    data = build_tiny_data(tmp_path / "data")
+    spec = _spec(tmp_path, data)
+    run_dir = tmp_path / "run"
+    wrapper = tmp_path / "rank.sh"
+    wrapper.write_text(
+        f"#!/bin/sh\nspec={spec}\n"
+        f'[ "$RANK" = 0 ] || spec={tmp_path / "nope.toml"}\n'
+        f'exec {sys.executable} -m trm run "$spec" --out {run_dir}\n'
+    )
+    wrapper.chmod(0o755)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "2", "--max-restarts", "0", "--no-python", str(wrapper)]
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        env=_clean_env(TRM_COLLECTIVE_TIMEOUT_S="60"),
+        timeout=PROCESS_TIMEOUT_S,
+    )
+    lines = [ln for ln in done.stderr.splitlines() if "trm: error:" in ln]
+    assert done.returncode != 0
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert "nope.toml" in lines[0] and "rank 1" in lines[0], lines[0]
+    assert "collective" not in done.stderr  # (torchrun's own report of failed ranks follows)
+    assert not run_dir.exists()
+
+
 # ------------------------------------------------------------------------- the pieces
 
 

@@ -292,6 +292,29 @@ def test_a_quickstart_like_run_exports_as_an_equivalent_the_reference_builds(
     torch.testing.assert_close(trm_logits(run_dir, inputs), expected, atol=1e-4, rtol=1e-4)
 
 
+def test_an_exported_quickstart_like_run_seeds_the_same_spec_with_init_from(tiny, tmp_path, capsys):
+    """The export's zero puzzle table stands for puzzle_emb_ndim = 0: the round trip through
+    the reference's layout comes back to the run's own weights."""
+    spec = write_spec(tmp_path, tiny.data, max_steps=2)
+    spec.write_text(spec.read_text().replace("puzzle_emb_ndim = 16", "puzzle_emb_ndim = 0"))
+    run_dir = tmp_path / "run"
+    assert main(["run", str(spec), "--out", str(run_dir)]) == 0
+    out = tmp_path / "exported"
+    assert main(["export", str(run_dir), "--format", "reference", "--out", str(out)]) == 0
+    again = write_spec(tmp_path / "again", tiny.data, max_steps=1, lr=1e-30)
+    again.write_text(again.read_text().replace("puzzle_emb_ndim = 16", "puzzle_emb_ndim = 0"))
+    second = tmp_path / "second"
+    code = main(["run", str(again), "--out", str(second), "--init-from", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "zero puzzle table" in err
+    _, model = restore_model(
+        read_checkpoint(run_dir / "checkpoints" / "step-00000002.pt"), torch.device("cpu")
+    )
+    started = read_checkpoint(second / "checkpoints" / "step-00000001.pt")["model"]
+    assert torch.equal(started["lm_head.weight"], model.state_dict()["lm_head.weight"])
+
+
 def test_the_model_built_from_an_imported_spec_has_the_reference_sizes(tiny, tmp_path, capsys):
     step_file, head = write_reference_run(tmp_path / "ref", tiny.data, reference_arch(), True)
     run_dir = tmp_path / "imported"

@@ -548,6 +548,14 @@ def test_format_grid_and_parse_puzzle_round_trip() -> None:
     assert SOURCE.format_grid(np.array([0, 1, 2, 9])) == ".#\n ?"
 
 
+def test_format_cells_is_one_character_a_cell_that_parse_puzzle_reads() -> None:
+    questions, labels = _hard_mazes()
+    cells = SOURCE.format_cells(questions[0])
+    assert len(cells) == 900 and cells == SOURCE.format_grid(questions[0]).replace("\n", "")
+    np.testing.assert_array_equal(SOURCE.parse_puzzle(cells, 900), questions[0])
+    assert "o" in SOURCE.format_cells(labels[0])
+
+
 @pytest.mark.parametrize(
     ("text", "fragment"),
     [

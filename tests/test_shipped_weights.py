@@ -408,3 +408,53 @@ def test_the_manifest_names_the_accelerator_a_run_trained_on():
     assert device_words("cuda:1", hardware) == "cuda:1"  # no record of GPU 1
     assert device_words("cpu", hardware) == "cpu"
     assert device_words("cpu", {}) == "cpu"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragments"),
+    [
+        ("seed", -1, ["kinds[0].seed", "-1 is outside"]),
+        ("count", 0, ["kinds[0].count", "0 is outside"]),
+        ("exact_accuracy", 1.5, ["kinds[0].exact_accuracy", "1.5 is outside"]),
+        ("source", "nosuch", ["kinds[0].source", "'nosuch'", "'sudoku'"]),
+    ],
+)
+def test_a_manifest_kind_with_a_bad_value_is_one_line(
+    cli, tmp_path, monkeypatch, field, value, fragments
+):
+    folder = _copy_of_shipped(tmp_path, monkeypatch)
+    manifest = folder / "quickstart.json"
+    document = json.loads(manifest.read_text())
+    document["kinds"][0][field] = value
+    manifest.write_text(json.dumps(document))
+    for args in (["solve", "quickstart", QUICKSTART_PUZZLE], ["eval", "quickstart"]):
+        result = cli(*args)
+        assert_one_line_error(result, "manifest", "quickstart.json", *fragments)
+
+
+NINE_BY_NINE = "53..7....6..195....98....6.8...6...34..8.3..17...2...6.6....28....419..5....8..79"
+
+
+def test_a_shipped_model_solves_without_a_word_about_its_training_device(cli, tmp_path):
+    """sudoku9-laptop was trained on a GPU; on another machine that is no news to the user."""
+    manifest = read_manifest(shipped_dir() / "sudoku9-laptop.json")
+    spec = restore_model(
+        torch.load(shipped_dir() / "sudoku9-laptop.pt", weights_only=True), torch.device("cpu")
+    )[0]
+    assert spec.runtime.device != "cpu" and manifest.machine.device != "cpu"
+    result = cli("solve", "sudoku9-laptop", NINE_BY_NINE)
+    assert result.code == 0, result.err
+    assert "runtime.device" not in result.err and "not available here" not in result.err
+
+
+def test_solve_json_gives_the_cells_a_script_reads_beside_the_tokens(cli):
+    result = cli("solve", "quickstart", QUICKSTART_PUZZLE, "--json")
+    assert result.code == 0, result.err
+    document = json.loads(result.out)
+    assert document["question_cells"] == QUICKSTART_PUZZLE.replace("|", "")
+    cells = document["answer_cells"]
+    assert len(cells) == 16 and cells.isdigit()
+    assert cells == "".join(ch for ch in document["answer_text"] if ch.isdigit())
+    for kept in ("question", "answer", "question_text", "answer_text", "valid", "steps"):
+        assert kept in document
+    assert document["answer"] == [int(ch) + 1 for ch in cells]  # tokens: digit + 1

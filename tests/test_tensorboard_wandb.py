@@ -5,10 +5,13 @@ one line naming the extra to install."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
 import struct
 import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -132,6 +135,33 @@ def _history(run_folder: Path) -> tuple[dict[int, dict[str, str]], list]:
             }
             history.setdefault(int(items["_step"]), {}).update(items)
     return history, runs
+
+
+def test_a_read_only_tensorboard_folder_is_one_warning_and_no_traceback(tiny, cli, monkeypatch):
+    """Root writes anywhere, so the read-only folder is a write that fails as on one (the
+    event writer's background thread meets it first)."""
+    run_dir = tiny.base / "tb-read-only"
+    folder = os.fsdecode(run_dir / "tensorboard")
+    real_open = io.open
+
+    def read_only(file, mode="r", *args, **kwargs):
+        name = os.fsdecode(file) if isinstance(file, (str, bytes, os.PathLike)) else ""
+        if name.startswith(folder) and any(flag in mode for flag in "wax+"):
+            raise OSError(30, "Read-only file system", name)
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(io, "open", read_only)
+    unhandled = []  # what a thread would print as a traceback (pytest's own hook hides it)
+    monkeypatch.setattr(threading, "excepthook", unhandled.append)
+    result = cli("run", tiny.spec, "--out", run_dir, "--plugins", "tensorboard")
+    assert result.code == 0, result.err
+    assert "Traceback" not in result.err, result.err
+    assert not unhandled, [str(args.exc_value) for args in unhandled]
+    warnings = [line for line in result.err.splitlines() if line.startswith("trm: warning")]
+    assert len(warnings) == 1, result.err
+    assert "warning: tensorboard: cannot write" in warnings[0]
+    assert "Read-only file system" in warnings[0]
+    assert [r["step"] for r in _train_rows(run_dir)] == list(range(1, TOTAL_STEPS + 1))
 
 
 def test_wandb_offline_logs_rows_spec_and_hardware_and_resume_keeps_the_run(tiny, cli, wandb_env):

@@ -30,6 +30,7 @@ from trm.runtime import RuntimeChoice
 from trm.shipped import (
     CHECKPOINT_SUFFIX,
     Manifest,
+    check_kind_sources,
     looks_like_a_name,
     shipped_dir,
     shipped_manifest,
@@ -55,7 +56,9 @@ class Solution:
     them, as ``trm eval`` scores it); ``max_steps`` that bound; ``solvable`` the data
     source's solver's verdict on the puzzle (None: it cannot say); ``verdicts`` the task's
     own yes/no checks (maze: ``valid_path``); ``task`` the data source's name;
-    ``question``/``tokens`` the token rows.
+    ``question``/``tokens`` the token rows; ``question_cells``/``answer_cells`` one
+    character a cell, as ``parse_puzzle`` reads them (the source's ``format_cells``; None
+    when it has none).
     """
 
     task: str
@@ -68,9 +71,14 @@ class Solution:
     verdicts: dict[str, bool]
     question: np.ndarray = attrs.field(repr=False, eq=False)
     tokens: np.ndarray = attrs.field(repr=False, eq=False)
+    question_cells: str | None = None
+    answer_cells: str | None = None
 
     def document(self) -> dict[str, Any]:
-        """The JSON document ``trm solve --json`` prints."""
+        """The JSON document ``trm solve --json`` prints: the token rows (``question``,
+        ``answer``), the cells a script reads (``question_cells``, ``answer_cells``: one
+        character a cell, e.g. Sudoku digits with ``.`` for a blank), the grids as text and
+        the verdicts."""
         return {
             "question": self.question.tolist(),
             "answer": self.tokens.tolist(),
@@ -80,6 +88,8 @@ class Solution:
             "steps": self.steps,
             "question_text": self.puzzle,
             "answer_text": self.answer,
+            "question_cells": self.question_cells,
+            "answer_cells": self.answer_cells,
         }
 
     def __str__(self) -> str:
@@ -159,6 +169,7 @@ class Model:
             rows = task_metrics(question[None, :], question[None, :], answer[None, :])
             verdicts = {k.removesuffix("_rate"): bool(v[0] >= 1) for k, v in rows.items()}
         check = getattr(source, "is_solvable", None)
+        cells = getattr(source, "format_cells", None)
         return Solution(
             task=source.name,
             puzzle=source.format_grid(question),
@@ -170,6 +181,8 @@ class Model:
             verdicts=verdicts,
             question=question,
             tokens=answer,
+            question_cells=cells(question) if callable(cells) else None,
+            answer_cells=cells(answer) if callable(cells) else None,
         )
 
     def solve_task(
@@ -293,8 +306,12 @@ def load_model(
     pm = load_plugins(plugins, plugin_objects)
     path, manifest = _checkpoint_path(path)
     payload = _load_payload(pm, path)
-    runtime = runtime_here(pm, checkpoint_spec(payload), detect_hardware(pm), log)
+    # a shipped model runs wherever it is installed: where it was trained is no news
+    said = log if manifest is None else _unsaid
+    runtime = runtime_here(pm, checkpoint_spec(payload), detect_hardware(pm), said)
     spec, module = restore_model(payload, torch.device(runtime.device))
+    if manifest is not None:
+        check_kind_sources(manifest, spec.data.source)
     step = payload.get("step")
     return Model(
         spec=spec,
@@ -307,6 +324,10 @@ def load_model(
         pm=pm,
         manifest=manifest,
     )
+
+
+def _unsaid(_message: str) -> None:
+    """A log that keeps its lines to itself."""
 
 
 def _checkpoint_path(path: Path) -> tuple[Path, Manifest | None]:

@@ -44,6 +44,7 @@ from trm.device.rank_agreement import (
     quiet_unless_first,
 )
 from trm.errors import TrmError
+from trm.interop.init_from import check_init_from
 from trm.loop import Trainer
 from trm.loop.checkpoints import parse_interval
 from trm.measure.stage_speed import time_depths
@@ -211,6 +212,9 @@ def _read_input(
     pm = load_plugins(options.plugins, options.plugin_objects, spec_tables=spec.plugins)
     check_device(pm, spec.runtime.device)  # an unclaimed device: refused before any write
     world.rows(spec.train.global_batch_size)  # TrmError unless it divides among the ranks
+    if options.init_from is not None:  # its weights are refused before --out is created
+        run_dir = default_run_dir(spec.name, options.out)
+        check_init_from(pm, options.init_from, spec, run_dir, options.resume)
     return spec, interval, pm
 
 

@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from trm.cli.common import add_set_option, positive_int
+from trm.cli.common import add_set_option, positive_int, positive_seconds
 from trm.cli.output import info, print_json
 from trm.errors import TrmError
 from trm.measure.bench import CPU_DEFAULT_BATCH, BenchResult, choose_batches, run_bench
@@ -43,7 +43,7 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     )
     parser.add_argument(
         "--peak-seconds",
-        type=float,
+        type=positive_seconds,
         default=1.5,
         metavar="S",
         help="time for each matmul-peak measurement (default 1.5)",
@@ -53,8 +53,6 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.peak_seconds <= 0:
-        raise TrmError(f"--peak-seconds must be positive, got {args.peak_seconds}")
     if args.warmup < 1:
         raise TrmError(
             f"--warmup must be at least 1 (compilation happens there), got {args.warmup}"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import math
+from pathlib import Path
 
 from trm.errors import RankZeroStopped, TrmError
+from trm.paths import out_argument
 
 __all__ = ["RankZeroStopped"]  # re-exported: raised by trm.api under torchrun too
 
@@ -39,6 +42,28 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """An argparse type: a whole number of at least 0 (0 usually means "all")."""
     return _whole_number(text, 0, "0 (all) or more")
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds above 0 (not nan, not inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds above 0, got {text}")
+    return value
+
+
+def out_folder(text: str) -> Path:
+    """An argparse type for ``--out``: a path, never empty text (which would mean the current
+    folder)."""
+    try:
+        path = out_argument(text)
+    except TrmError:
+        raise argparse.ArgumentTypeError("is empty; give the folder to write to") from None
+    assert path is not None
+    return path
 
 
 def add_set_option(parser: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ import argparse
 import shlex
 from pathlib import Path
 
+from trm.cli.common import out_folder
 from trm.cli.output import info, print_json
 from trm.interop.exporter import FORMATS, export_reference
 from trm.plugin_manager import load_plugins
@@ -19,7 +20,7 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     )
     parser.add_argument("run", type=Path, help="a run directory or a checkpoint file")
     parser.add_argument("--format", choices=FORMATS, required=True, help="the layout to write")
-    parser.add_argument("--out", type=Path, required=True, help="a new folder for the files")
+    parser.add_argument("--out", type=out_folder, required=True, help="a new folder for the files")
     parser.add_argument(
         "--uncompiled",
         action="store_true",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from trm.cli.common import out_folder
 from trm.cli.output import info, print_json
 from trm.interop.importer import import_reference
 from trm.plugin_manager import load_plugins
@@ -32,7 +33,7 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     parser.add_argument(
         "--source", help="the data source (sudoku, maze, arc; default: told by the dataset)"
     )
-    parser.add_argument("--out", type=Path, required=True, help="the new run directory")
+    parser.add_argument("--out", type=out_folder, required=True, help="the new run directory")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.set_defaults(func=run)
 

@@ -12,7 +12,13 @@ import shlex
 from pathlib import Path
 
 from trm.api.training import STOPPED_BY_SIGNAL, RunOptions, run_training
-from trm.cli.common import EXIT_OK, EXIT_STOPPED, add_set_option, positive_int
+from trm.cli.common import (
+    EXIT_OK,
+    EXIT_STOPPED,
+    add_set_option,
+    out_folder,
+    positive_int,
+)
 from trm.cli.output import info
 from trm.device.distributed import World, env_world
 from trm.memory import DEFAULT_MODE, MODES
@@ -28,7 +34,7 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
         help=f"memory tier to fit the run to (default {DEFAULT_MODE})",
     )
     add_set_option(parser)
-    parser.add_argument("--out", type=Path, help="run directory (default runs/<spec name>)")
+    parser.add_argument("--out", type=out_folder, help="run directory (default runs/<spec name>)")
     parser.add_argument(
         "--resume", default="auto", help="auto (newest valid checkpoint in --out), never, or a path"
     )

@@ -32,6 +32,11 @@ class DataSource(Protocol):
         to say that no answer of the model can be valid (``"solvable"`` in its JSON: true,
         false, or null when the source has no such method).
 
+    ``format_cells(tokens: np.ndarray) -> str``
+        One character a cell of a token row, in reading order, as ``parse_puzzle`` reads
+        them (Sudoku: digits and ``.``). ``trm solve --json`` gives it as
+        ``question_cells``/``answer_cells`` (null without it).
+
     ``validate_options(options) -> None``
         Raise TrmError for impossible options before anything is built (``trm data build``
         calls it before touching ``--out``).

@@ -342,15 +342,16 @@ def all_gather_rows(tensor: torch.Tensor, rows_each: int | None = None) -> torch
     return torch.cat([part[:n] for part, n in zip(parts, rows, strict=True)])
 
 
-def gather_objects(obj: Any) -> list[Any]:
+def gather_objects(obj: Any, patient: bool = False) -> list[Any]:
     """Every rank's ``obj`` (picklable), in rank order, on every rank; ``[obj]`` with one
     process. For small records — a task evaluator's predictions, a decision's reasons —
-    not for tensors the size of a model (those go through the tensor collectives)."""
+    not for tensors the size of a model (those go through the tensor collectives).
+    ``patient``: wait up to :func:`setup_timeout_s`, as :func:`broadcast_from_first` does."""
     if not active():
         return [obj]
     out: list[Any] = [None] * dist.get_world_size()
     with _timed():
-        dist.all_gather_object(out, obj)
+        dist.all_gather_object(out, obj, group=_patient[0] if patient else None)
     return out
 
 

@@ -23,22 +23,22 @@ T = TypeVar("T")
 def first_rank_decides(check: Callable[[], T], world: World) -> T:
     """``check()`` on every rank; its value when every rank's check passed.
 
-    When rank 0's check refuses its input (a TrmError), every rank stops: rank 0 raises the
-    error and the others raise :class:`RankZeroStopped` with its message (they exit
-    quietly, so the user reads the error once). A rank whose own check fails where rank 0's
-    passed raises its own error."""
+    When any rank's check refuses its input (a TrmError), every rank stops and the error is
+    said once: rank 0 raises its own refusal, else the first refusing rank's, named ("rank 1:
+    spec file … does not exist"); the other ranks raise :class:`RankZeroStopped` (they exit
+    quietly)."""
     try:
         value, refused = check(), None
     except TrmError as exc:
         value, refused = None, exc
-    first = distributed.broadcast_from_first(
-        None if refused is None else str(refused), patient=True
-    )
-    if first is not None and not world.is_first:
-        raise RankZeroStopped(first)
-    if refused is not None:
-        raise refused
-    return value  # type: ignore[return-value]
+    said = distributed.gather_objects(None if refused is None else str(refused), patient=True)
+    first = next(((rank, text) for rank, text in enumerate(said) if text is not None), None)
+    if first is None:
+        return value  # type: ignore[return-value]
+    rank, text = first
+    if not world.is_first:
+        raise RankZeroStopped(text)
+    raise refused if refused is not None else TrmError(f"rank {rank}: {text}")
 
 
 def first_rank_first(work: Callable[[], T], world: World) -> T | None:

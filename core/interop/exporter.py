@@ -19,7 +19,7 @@ import torch
 from attrs import frozen
 
 from trm.errors import TrmError
-from trm.interop.importer import check_output
+from trm.interop.importer import check_output, make_staging, unwritable
 from trm.interop.reference_config import (
     CONFIG_FILE,
     FORWARD_DTYPES,
@@ -95,15 +95,16 @@ def export_reference(
         spec, str(payload.get("data_dir") or ""), shape.rows_per_epoch, str(out.resolve() / name)
     )
     state = to_reference_weights(weights, init_dtype, compiled)
-    staging = out.parent / f".{out.name}.exporting-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    staging = make_staging(out, "exporting")
     try:
         torch.save(state, staging / name)
         write_config(exported.config, staging / CONFIG_FILE)
         if out.exists():
             out.rmdir()
         os.replace(staging, out)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise unwritable(out, exc) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from attrs import define, field, frozen
 
-from trm.data.puzzle_dataset import read_identifiers
+from trm.data.puzzle_dataset import open_split, read_identifiers
 from trm.data.shape import DatasetShape, read_shape
 from trm.errors import TrmError
 from trm.interop.reference_config import (
@@ -42,6 +42,7 @@ from trm.interop.reference_weights import (
     to_trm_weights,
 )
 from trm.model import EMA, build_model
+from trm.plan.dataset import data_sources
 from trm.plugin_manager import TrmPluginManager
 from trm.spec import RunSpec, spec_to_toml
 from trm.state import TrainState
@@ -51,6 +52,8 @@ STEP_FILE = re.compile(r"^step_(\d+)$")
 IMPORT_RECORD = "import.json"
 # data sources trm can guess from a dataset's shape: (seq_len, vocab_size) -> source
 _SHAPES = {(900, 12): "arc", (900, 6): "maze"}
+# labelled examples a --source other than the guessed one must judge (one valid is enough)
+EXAMPLES_CHECKED = 4
 
 
 @frozen
@@ -103,6 +106,23 @@ def check_output(out: Path) -> None:
         raise TrmError(f"--out {out} already exists and is not empty; choose a new folder")
     if not out.parent.is_dir():
         raise TrmError(f"--out {out}: folder {out.parent} does not exist")
+
+
+def make_staging(out: Path, kind: str) -> Path:
+    """A new empty folder beside ``out`` to assemble it in (``kind``: importing, exporting);
+    TrmError when that folder cannot be written (a read-only mount, no room)."""
+    staging = out.parent / f".{out.name}.{kind}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir()
+    except OSError as exc:
+        raise unwritable(out, exc) from None
+    return staging
+
+
+def unwritable(out: Path, exc: OSError) -> TrmError:
+    """The one line for an ``--out`` that cannot be written."""
+    return TrmError(f"--out {out} cannot be written ({exc.strerror or exc}); choose another --out")
 
 
 def _resolve_data(given: Path | None, mapped: MappedConfig, config_path: Path) -> Path:
@@ -194,6 +214,65 @@ def guess_source(data_dir: Path, shape: DatasetShape, mapped: MappedConfig) -> s
     return None
 
 
+def _recorded_source(data_dir: Path) -> str | None:
+    """The source the dataset's build record (``build.json``, in data a run built) names."""
+    try:
+        record = json.loads((data_dir / "build.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    source = record.get("source") if isinstance(record, dict) else None
+    return source if isinstance(source, str) else None
+
+
+def _answers_its_examples(source: Any, data_dir: Path, split: str) -> bool:
+    """True when ``source`` judges one of the first few labelled examples of ``data_dir``'s
+    ``split`` a valid answer (its ``check_answer``; an error counts as no)."""
+    for puzzles in open_split(data_dir / split).sets.values():
+        for row in range(min(EXAMPLES_CHECKED, puzzles.num_examples)):
+            try:
+                if source.check_answer(puzzles.inputs[row], puzzles.labels[row]):
+                    return True
+            except Exception:  # another task's tokens: not this source's puzzle
+                continue
+    return False
+
+
+def choose_source(
+    pm: TrmPluginManager,
+    given: str | None,
+    data_dir: Path,
+    shape: DatasetShape,
+    mapped: MappedConfig,
+) -> str | None:
+    """The data source of the import: ``--source`` (``given``) when it is a known source the
+    dataset does not contradict, else the guess of :func:`guess_source` (None: unknown).
+
+    TrmError for an unknown ``given``, one other than the dataset's build record names, or
+    one whose ``check_answer`` judges none of the dataset's first labelled examples valid
+    while the dataset looks like another source's."""
+    guessed = guess_source(data_dir, shape, mapped)
+    if given is None:
+        return guessed
+    sources = data_sources(pm)
+    if given not in sources:
+        known = ", ".join(sorted(sources)) or "none (is a data plugin switched off?)"
+        raise TrmError(f"--source {given}: unknown data source; known: {known}")
+    recorded = _recorded_source(data_dir)
+    if recorded is not None and recorded != given:
+        raise TrmError(
+            f"--source {given} contradicts {data_dir / 'build.json'}, which records the "
+            f"source {recorded!r}; leave --source out or give --source {recorded}"
+        )
+    split = mapped.spec.data.train_split
+    if guessed not in (None, given) and not _answers_its_examples(sources[given], data_dir, split):
+        raise TrmError(
+            f"--source {given}: the labelled examples of {data_dir / split} are not {given} "
+            f"puzzles with their answers (they look like {guessed}); leave --source out or "
+            "give the dataset's own source"
+        )
+    return given
+
+
 def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
@@ -228,7 +307,7 @@ def import_reference(
     mapped = spec_from_reference(raw, config_path, "", source, None, path.parent.name)
     data_dir = _resolve_data(data, mapped, config_path)
     shape = read_shape(data_dir, mapped.spec.data.train_split)
-    chosen = source or guess_source(data_dir, shape, mapped)
+    chosen = choose_source(pm, source, data_dir, shape, mapped)
     if chosen is None:
         raise TrmError(
             f"cannot tell which task {data_dir} holds; name its data source with --source "
@@ -260,14 +339,15 @@ def import_reference(
         "step": step,
         "left_out": {key: why for key, why in mapped.ignored},
     }
-    staging = out.parent / f".{out.name}.importing-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
+    staging = make_staging(out, "importing")
     try:
         _write_run(pm, staging, spec, model, shape, data_dir, step, record)
         if out.exists():
             out.rmdir()
         os.replace(staging, out)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise unwritable(out, exc) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -7,7 +7,8 @@ step and the data order start afresh, and the EMA starts from the loaded weights
 tensor must have the shape this run's spec gives it, except the puzzle-embedding table: when
 its rows differ (another dataset), every row becomes the mean row, the reference's rule
 (``load_checkpoint`` in its pretrain.py). A run that resumes its own checkpoint ignores
-``--init-from``.
+``--init-from``. :func:`check_init_from` refuses weights that cannot start the run before the
+run directory, its lock or its data are created.
 """
 
 from __future__ import annotations
@@ -31,9 +32,12 @@ from trm.interop.reference_weights import (
     strip_compiled_prefix,
     trm_key,
 )
-from trm.model import EMA
+from trm.model import EMA, build_model
+from trm.plan.dataset import dataset_shape
+from trm.plan.run_dir import inspect_run_dir
 from trm.plugin_manager import TrmPluginManager
 from trm.restore import restore_model
+from trm.spec import RunSpec
 from trm.state import TrainState
 
 Log = Callable[[str], None]
@@ -74,10 +78,21 @@ def fit_weights(
 ) -> tuple[dict[str, Tensor], str | None]:
     """``weights`` shaped for the model whose state dict is ``live``: the puzzle table by the
     mean-row rule when only its rows differ (the line saying so is returned). TrmError
-    listing every other missing, unexpected or wrongly shaped tensor."""
+    listing every other missing, unexpected or wrongly shaped tensor.
+
+    A puzzle table of zeros where the model has none is left out: it is what ``trm export``
+    writes for ``puzzle_emb_ndim = 0`` (see ``trm.interop.reference_config``), the same
+    function, so an exported run seeds its own spec again."""
+    note = None
+    table = weights.get(PUZZLE_TABLE)
+    if table is not None and PUZZLE_TABLE not in live and not table.any():
+        weights = {k: v for k, v in weights.items() if k != PUZZLE_TABLE}
+        note = (
+            "init-from: the checkpoint's zero puzzle table (what trm export writes for "
+            "puzzle_emb_ndim = 0) is left out: this run has no puzzle table"
+        )
     problems = [f"{k} is missing" for k in sorted(set(live) - set(weights))]
     problems += [f"unexpected {k}" for k in sorted(set(weights) - set(live))]
-    note = None
     fitted = {}
     for key in sorted(set(weights) & set(live)):
         tensor, want = weights[key], live[key]
@@ -106,6 +121,29 @@ def fit_weights(
             "spec whose [arch] matches the checkpoint's"
         )
     return fitted, note
+
+
+def check_init_from(
+    pm: TrmPluginManager, path: Path, spec: RunSpec, run_dir: Path, resume: str
+) -> None:
+    """TrmError, before anything is written, unless the weights of ``path`` can start
+    ``spec``'s model as :func:`start_from_weights` will: a checkpoint that reads, whose
+    tensors are weights of the shapes the spec as written gives them (the puzzle table by the
+    mean-row rule). Nothing is checked when the run will resume instead (``resume`` a path,
+    or "auto" with checkpoints in ``run_dir``): ``--init-from`` is then ignored."""
+    if resume not in ("auto", "never"):
+        return
+    if resume == "auto" and inspect_run_dir(run_dir).checkpoint_steps:
+        return
+    try:
+        weights, _ = read_weights(pm, path)
+    except TrmError as exc:  # say which option gave the file, once
+        said = str(exc)
+        raise TrmError(said if "--init-from" in said else f"--init-from {path}: {said}") from None
+    shape = dataset_shape(pm, spec, run_dir)  # never builds into run_dir
+    with torch.device("meta"):
+        live = build_model(spec.arch, shape).state_dict()
+    fit_weights(weights, live, str(path))
 
 
 def start_from_weights(state: TrainState, pm: TrmPluginManager, path: Path, log: Log) -> None:

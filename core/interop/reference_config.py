@@ -21,7 +21,7 @@ from attrs import frozen
 
 from trm.data.shape import DatasetShape
 from trm.errors import TrmError
-from trm.spec import RunSpec, structure_strict, validate
+from trm.spec import RunSpec, structure_strict, structure_value, validate
 
 CONFIG_FILE = "all_config.yaml"
 ARCH_NAME = "recursive_reasoning.trm@TinyRecursiveReasoningModel_ACTV1"
@@ -139,6 +139,16 @@ def _refuse(where: Path, key: str, why: str) -> TrmError:
     return TrmError(f"config {where}: {key}: {why}")
 
 
+def _typed(value: Any, kind: Any, where: Path, key: str) -> Any:
+    """``value`` as ``kind``; TrmError in the words of trm's spec reader otherwise."""
+    return structure_value(value, kind, f"config {where}", key)
+
+
+def _unknown(table: dict[Any, Any], known: set[str]) -> list[str]:
+    """The keys of ``table`` outside ``known``, as text, sorted (YAML allows numeric keys)."""
+    return sorted(str(k) for k in table if k not in known)
+
+
 def _arch(arch: dict[str, Any], where: Path) -> tuple[dict[str, Any], str]:
     """The [arch] table of the spec and the runtime precision, from the reference's arch."""
     name = arch.get("name")
@@ -152,24 +162,26 @@ def _arch(arch: dict[str, Any], where: Path) -> tuple[dict[str, Any], str]:
     if not isinstance(loss, dict) or loss.get("name") != LOSS_HEAD:
         found = loss.get("name") if isinstance(loss, dict) else loss
         raise _refuse(where, "arch.loss.name", f"{found!r} is not {LOSS_HEAD}, the loss trm has")
-    loss_type = loss.get("loss_type", "softmax_cross_entropy")
+    loss_type = _typed(
+        loss.get("loss_type", "softmax_cross_entropy"), str, where, "arch.loss.loss_type"
+    )
     if loss_type not in LOSS_TYPES:
         raise _refuse(
             where, "arch.loss.loss_type", f"{loss_type!r}: trm has {', '.join(LOSS_TYPES)}"
         )
-    extra_loss = sorted(set(loss) - {"name", "loss_type"})
+    extra_loss = _unknown(loss, {"name", "loss_type"})
     if extra_loss:
         raise _refuse(where, f"arch.loss.{extra_loss[0]}", "trm's loss has no such setting")
     missing = [k for k in ARCH_REQUIRED if k not in arch]
     if missing:
         raise _refuse(where, f"arch.{missing[0]}", "missing (the reference requires it)")
     known = {"name", "loss", "forward_dtype", "H_layers", *ARCH_SAME}
-    unknown = sorted(set(arch) - known)
+    unknown = _unknown(arch, known)
     if unknown:
         raise _refuse(
             where, f"arch.{unknown[0]}", "trm cannot honour this key (not in the reference's TRM)"
         )
-    dtype = arch.get("forward_dtype", "bfloat16")
+    dtype = _typed(arch.get("forward_dtype", "bfloat16"), str, where, "arch.forward_dtype")
     if dtype not in PRECISIONS:
         raise _refuse(where, "arch.forward_dtype", f"{dtype!r}: trm runs {', '.join(PRECISIONS)}")
     table = {k: arch.get(k, ARCH_DEFAULTS.get(k)) for k in ARCH_SAME}
@@ -178,19 +190,22 @@ def _arch(arch: dict[str, Any], where: Path) -> tuple[dict[str, Any], str]:
 
 
 def _evaluator(config: dict[str, Any], where: Path) -> tuple[str | None, bool]:
-    """The data source the evaluators name (arc or None) and the ARC vote's pooling."""
+    """The data source the evaluators name (arc or None) and the ARC vote's pooling. An
+    evaluator is its name (``arc@ARC``) or a table with ``name`` and its settings."""
     evaluators = config.get("evaluators") or []
     if not isinstance(evaluators, list):
         raise _refuse(where, "evaluators", "must be a list")
     source, pool = None, False
     for entry in evaluators:
-        name = entry.get("name") if isinstance(entry, dict) else entry
+        settings = entry if isinstance(entry, dict) else {"name": entry}
+        name = settings.get("name")
         if name != ARC_EVALUATOR:
             raise _refuse(where, "evaluators", f"{name!r}: trm has the {ARC_EVALUATOR} evaluator")
-        extra = sorted(set(entry) - {"name", "aggregated_voting"})
+        extra = _unknown(settings, {"name", "aggregated_voting"})
         if extra:
             raise _refuse(where, f"evaluators.{extra[0]}", "trm's ARC vote has no such setting")
-        source, pool = "arc", bool(entry.get("aggregated_voting", True))
+        voting = settings.get("aggregated_voting", True)
+        source, pool = "arc", _typed(voting, bool, where, "evaluators.aggregated_voting")
     return source, pool
 
 
@@ -227,12 +242,12 @@ def spec_from_reference(
         *TRAIN_SAME,
         *BOOKKEEPING,
     }
-    unknown = sorted(set(config) - known)
+    unknown = _unknown(config, known)
     if unknown:
         raise _refuse(
             where, unknown[0], "trm cannot honour this key (not in the reference's pretrain.py)"
         )
-    if config.get("freeze_weights"):
+    if _typed(config.get("freeze_weights") or False, bool, where, "freeze_weights"):
         raise _refuse(where, "freeze_weights", "trm cannot train the puzzle table alone")
     if config.get("data_paths_test"):
         raise _refuse(
@@ -247,12 +262,19 @@ def spec_from_reference(
     if missing:
         raise _refuse(where, missing[0], "missing (the reference requires it)")
     train = {k: config[k] for k in TRAIN_SAME if k in config}
-    train["epochs"] = float(config["epochs"])
+    train["epochs"] = _typed(config["epochs"], float, where, "epochs")
     train["eval_pool"] = pool
-    interval = config.get("eval_interval")
-    if interval and shape is not None:
+    interval = _typed(config.get("eval_interval"), int | None, where, "eval_interval")
+    if interval is not None and interval < 1:
+        raise _refuse(
+            where,
+            "eval_interval",
+            f"must be at least 1 (epochs between evaluations), got {interval}; or null",
+        )
+    batch = _typed(config["global_batch_size"], int, where, "global_batch_size")
+    if interval and shape is not None and batch >= 1:  # a batch below 1 is refused below
         rows = interval * max(shape.rows_per_epoch, 1)
-        train["eval_interval"] = max(1, math.ceil(rows / int(config["global_batch_size"])))
+        train["eval_interval"] = max(1, math.ceil(rows / batch))
     table = {
         "name": _run_name(config, fallback_name),
         "arch": arch,

@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from trm import hookimpl
@@ -37,6 +39,17 @@ def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = value
     elif value is not None:
         out[prefix] = str(value)
+
+
+def check_writable(folder: Path) -> None:
+    """Create ``folder`` and write and remove a file in it; OSError when it cannot be written
+    (a read-only mount, no room). The event writer writes from a thread of its own, whose
+    failure would print a traceback before the plugin hears of it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    probe = folder / f".write-test-{os.getpid()}"
+    with probe.open("wb") as handle:
+        handle.write(b"ok")
+    probe.unlink()
 
 
 class TensorBoard:
@@ -64,6 +77,7 @@ class TensorBoard:
 
         log_dir = state.run_dir / LOG_FOLDER
         try:
+            check_writable(log_dir)  # before the writer's thread meets it with a traceback
             self.writer = SummaryWriter(str(log_dir), purge_step=state.step + 1, flush_secs=FLUSH_S)
             self.tail = MetricsTail(state.run_dir / "metrics.jsonl")
             self.tail.start()

@@ -472,6 +472,11 @@ class MazeSource:
         """The maze as text, one line per row (``#`` wall, space open, S, G, ``o`` path)."""
         return grid.render(tokens)
 
+    def format_cells(self, tokens: np.ndarray) -> str:
+        """One character a cell in reading order (:meth:`format_grid`'s, without line
+        breaks), as :meth:`parse_puzzle` reads them."""
+        return grid.tokens_to_chars(np.asarray(tokens).ravel())
+
     def parse_puzzle(self, text: str, seq_len: int) -> np.ndarray:
         """int32 tokens of a maze given as ``seq_len`` characters or as lines of text."""
         size = grid.size_from_seq_len(seq_len)

@@ -514,6 +514,12 @@ class SudokuSource:
         """The grid of one token row with box separators (``?`` marks a non-digit token)."""
         return grid.render(grid.decode(tokens))
 
+    def format_cells(self, tokens: np.ndarray) -> str:
+        """One character a cell in reading order, as :meth:`parse_puzzle` reads them: the
+        digit, ``.`` for a blank (``?`` marks a non-digit token)."""
+        digits = grid.decode(tokens).ravel()
+        return "".join("." if d == 0 else "?" if d < 0 else str(int(d)) for d in digits)
+
     def parse_puzzle(self, text: str, seq_len: int) -> np.ndarray:
         """int32 tokens of a puzzle given as text or a file path; size from ``seq_len``."""
         size = grid.size_from_seq_len(seq_len)
