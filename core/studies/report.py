@@ -61,8 +61,8 @@ def _swept_keys(result: StudyResult) -> list[str]:
 
 
 def _objective_plot(result: StudyResult, key: str, out_dir: Path) -> str:
-    """The objective of each finished trial against ``key``; pruned and failed trials are
-    marked at the bottom of the axis with their parameter value."""
+    """The objective of each finished trial against ``key``; a pruned or failed trial is a
+    cross at the last evaluation value its pruner saw."""
     figure = Figure(figsize=(6.0, 3.6), dpi=DPI)
     FigureCanvasAgg(figure)
     ax = figure.subplots()
@@ -83,16 +83,15 @@ def _objective_plot(result: StudyResult, key: str, out_dir: Path) -> str:
         color=_STATE_COLORS["complete"],
         label="complete",
     )
-    floor = min((row.value for row in complete), default=0.0)
     for state in ("pruned", "fail"):
-        rows = [row for row in others if row.state == state]
+        rows = [row for row in others if row.state == state and row.last_reported]
         if rows:
             ax.plot(
                 [x_of(r) for r in rows],
-                [floor] * len(rows),
+                [r.last_reported[1] for r in rows],
                 "x",
                 color=_STATE_COLORS[state],
-                label=state,
+                label=f"{state} (its last evaluation)",
             )
     if categorical:
         ax.set_xticks(range(len(labels)), labels)

@@ -13,8 +13,9 @@ import attrs
 class TrialRow:
     """One trial: its ``number``, ``state`` ("complete", "pruned", "fail", "running",
     "waiting"), ``value`` (the objective; None unless complete), ``params``, ``run_dir``,
-    ``wall_s`` (seconds of training), ``error`` (a failed trial's line) and ``command`` (the
-    ``trm run`` that trains it again)."""
+    ``wall_s`` (seconds of training), ``error`` (a failed trial's line), ``command`` (the
+    ``trm run`` that trains it again) and ``last_reported`` (the last evaluation value the
+    pruner saw, with its step: where a pruned trial stood)."""
 
     number: int
     state: str
@@ -24,6 +25,7 @@ class TrialRow:
     wall_s: float | None
     error: str | None
     command: str | None
+    last_reported: tuple[int, float] | None = None
 
 
 @attrs.frozen
@@ -81,6 +83,13 @@ def _cell(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def _last(values: dict[int, float]) -> tuple[int, float] | None:
+    if not values:
+        return None
+    step = max(values)
+    return step, float(values[step])
+
+
 def read_study_result(study: Any, out_dir: Path) -> StudyResult:
     """The rows of an Optuna ``study`` whose trials ran into ``out_dir``."""
     from optuna.trial import TrialState
@@ -98,6 +107,7 @@ def read_study_result(study: Any, out_dir: Path) -> StudyResult:
                 wall_s=attrs_.get("wall_s"),
                 error=attrs_.get("error"),
                 command=attrs_.get("command"),
+                last_reported=_last(trial.intermediate_values),
             )
         )
     complete = [row for row in rows if row.state == "complete" and row.value is not None]

@@ -102,15 +102,18 @@ def load_study(study_dir: Path) -> tuple[StudyResult, dict[str, float]]:
     if len(names) != 1:
         raise TrmError(f"{study_dir / STUDY_DB} holds {len(names)} studies; one was expected")
     study = optuna.load_study(study_name=names[0], storage=url)
-    # PED-ANOVA: Optuna's own evaluator that needs no scikit-learn (fANOVA does)
+    # PED-ANOVA: Optuna's own evaluator that needs no scikit-learn (fANOVA does). With too
+    # few finished trials it cannot tell the parameters apart and says so: no importances.
+    importances: dict[str, float] = {}
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "experimental"; "importances will be equal"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             evaluator = optuna.importance.PedAnovaImportanceEvaluator()
             ranked = optuna.importance.get_param_importances(study, evaluator=evaluator)
-        importances = {key: float(value) for key, value in ranked.items()}
+        if not any("will be equal" in str(w.message) for w in caught):
+            importances = {key: float(value) for key, value in ranked.items()}
     except (RuntimeError, ValueError):  # too few finished trials to tell
-        importances = {}
+        pass
     return read_study_result(study, study_dir), importances
 
 
