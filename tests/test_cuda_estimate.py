@@ -12,6 +12,7 @@ from trm.hardware import GpuInfo, HardwareProfile
 from trm.memory import MemoryEstimate, MemoryItem
 from trm.model import EMA
 from trm.model.trm import TinyRecursiveModel
+from trm.plugins.backends import cuda_allocator
 from trm.plugins.backends.cuda import CUDA
 from trm.plugins.planning import memory_estimator, tiers
 from trm.runtime import RuntimeChoice
@@ -64,17 +65,18 @@ def test_no_cpu_or_glibc_allowance_reaches_a_cuda_estimate(monkeypatch):
 
 
 def test_the_caching_allocator_rounds_large_tensors_to_whole_segments():
-    assert memory_estimator.cuda_block_bytes(1) == 512
-    assert memory_estimator.cuda_block_bytes(513) == 1024
+    assert cuda_allocator.block_bytes(1) == 512
+    assert cuda_allocator.block_bytes(513) == 1024
     ten_mib_and_a_byte = 10 * 2**20 + 1
-    assert memory_estimator.cuda_block_bytes(ten_mib_and_a_byte) == 12 * 2**20
+    assert cuda_allocator.block_bytes(ten_mib_and_a_byte) == 12 * 2**20
     # the fragmentation item holds the rounding of the kept activations plus the allowance
     spec = RunSpec(train=TrainSpec(global_batch_size=64))
     items = items_of(spec, SUDOKU)
-    arch, sizes = spec.arch, memory_estimator.model_sizes(spec.arch, SUDOKU)
-    rounding = memory_estimator.cuda_rounding_bytes(arch, sizes, "bf16", 64, False, False)
+    step = memory_estimator.plan_step(spec, CUDA_BF16, SUDOKU, 1)
+    tensors = memory_estimator.step_tensors(step)
+    rounding = cuda_allocator.rounding_bytes(memory_estimator.device_step_memory(step, tensors))
     transient = items["activations"].bytes + items["step transients"].bytes
-    expected = rounding + memory_estimator.CUDA_FRAGMENTATION_FRACTION * transient
+    expected = rounding + cuda_allocator.FRAGMENTATION_FRACTION * transient
     assert items["allocator fragmentation"].bytes == int(expected)
 
 
@@ -83,7 +85,7 @@ def test_nccl_buffers_are_an_item_only_under_torchrun_with_cuda(monkeypatch):
     assert "NCCL buffers" not in items_of(spec, SUDOKU, world=1)
     two = items_of(spec, SUDOKU, world=2)
     assert two["NCCL buffers"].location == "device"
-    channels, peers = memory_estimator.NCCL_ASSUMED_CHANNELS, memory_estimator.NCCL_RING_NEIGHBOURS
+    channels, peers = cuda_allocator.NCCL_ASSUMED_CHANNELS, cuda_allocator.NCCL_RING_NEIGHBOURS
     assert two["NCCL buffers"].bytes == peers * channels * (2 * 4 * 2**20 + 256 * 1024)
     params = memory_estimator.model_sizes(spec.arch, SUDOKU).params
     assert two["gradient all-reduce buffer"].bytes == 4 * params

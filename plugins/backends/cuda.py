@@ -5,9 +5,10 @@ for ``runtime.device`` = auto, cuda or cuda:N before the CPU backend does. Under
 process takes the GPU of its ``LOCAL_RANK`` and touches no other: ``detect_hardware`` reads
 every GPU's properties (no CUDA context) but the free memory of this process's GPU only,
 after selecting it, so eight ranks make eight contexts, not sixty-four. The device contract
-(:class:`CudaDevice`): pinned non-blocking copies, the caching allocator's peak and pressure,
-``torch.OutOfMemoryError``, this GPU's RNG, NCCL for collectives, Inductor through Triton
-(which needs a C compiler and the Python headers besides the ``triton`` package).
+(:class:`CudaDevice`): pinned non-blocking copies, the caching allocator's peak and pressure
+and its model for the estimate (:mod:`.cuda_allocator`), ``torch.OutOfMemoryError``, this
+GPU's RNG, NCCL for collectives, Inductor through Triton (which needs a C compiler and the
+Python headers besides the ``triton`` package).
 
 Not yet run on a GPU: every line here is tested on the CPU with a fake ``torch.cuda``
 (tests/test_backends.py, tests/test_gpu_ready.py); ``benchmarks/gpu.py`` is the command that
@@ -29,6 +30,8 @@ from trm.device.transfer import pinned_to_device
 from trm.errors import TrmError
 from trm.hardware import AcceleratorInfo, GpuInfo, HardwareProfile
 from trm.measure.flops import matmul_bound
+from trm.memory import MemoryItem, StepMemory
+from trm.plugins.backends import cuda_allocator
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 
@@ -171,17 +174,23 @@ class CudaDevice(DeviceBackend):
 
     name = "cuda"
     torch_type = "cuda"
-    has_device_memory = True
     pins_host_batches = True
 
-    @property
-    def process_groups(self) -> dict[str, str]:  # type: ignore[override]
+    def unavailable_reason(self) -> str | None:
+        return None if is_available() else UNAVAILABLE_REASON
+
+    def uses_device_memory(self) -> bool:
+        return True
+
+    def allocator_items(self, step: StepMemory) -> list[MemoryItem]:
+        """The context, cuBLAS, the caching allocator and NCCL (:mod:`.cuda_allocator`)."""
+        return cuda_allocator.allocator_items(step)
+
+    def process_group_backends(self) -> dict[str, str]:
         import torch.distributed as dist
 
-        return {"cuda": "nccl"} if dist.is_available() and dist.is_nccl_available() else {}
-
-    def is_available(self) -> str | None:
-        return None if is_available() else UNAVAILABLE_REASON
+        nccl = dist.is_available() and dist.is_nccl_available()
+        return {self.torch_type: "nccl"} if nccl else {}
 
     def prepare_process_group(self) -> None:
         """NCCL's watchdog aborts the whole process when a collective times out, before
@@ -196,8 +205,8 @@ class CudaDevice(DeviceBackend):
             indices = list(range(len(hardware.cuda_devices)))
         return [f"cuda:{i}" for i in indices]
 
-    def budget_bytes(self, hardware: HardwareProfile, device: str) -> int | None:
-        index = int(device.split(":")[1]) if ":" in device else 0
+    def budget_bytes(self, hardware: HardwareProfile, device: torch.device) -> int | None:
+        index = device.index or 0
         for gpu in hardware.gpus or ():
             if gpu.index == index and gpu.memory_total_bytes:
                 return gpu.memory_total_bytes

@@ -69,18 +69,20 @@ class MpsDevice(DeviceBackend):
 
     name = "mps"
     torch_type = "mps"
-    has_device_memory = True
 
-    def is_available(self) -> str | None:
+    def unavailable_reason(self) -> str | None:
         return None if is_available() else UNAVAILABLE_REASON
+
+    def uses_device_memory(self) -> bool:
+        return True
 
     def machine_devices(self, hardware: HardwareProfile) -> list[str]:
         return ["mps"] if hardware.mps_available else []
 
-    def budget_bytes(self, hardware: HardwareProfile, device: str) -> int | None:
+    def budget_bytes(self, hardware: HardwareProfile, device: torch.device) -> int | None:
         return hardware.memory_budget_bytes
 
-    def shares_host_memory(self, hardware: HardwareProfile, device: str) -> bool:
+    def shares_host_memory(self, hardware: HardwareProfile, device: torch.device) -> bool:
         return bool(hardware.unified_memory)
 
     def compile_unavailable_reason(self) -> str | None:
