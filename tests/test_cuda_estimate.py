@@ -8,7 +8,7 @@ import attrs
 import pytest
 
 from trm.data.shape import DatasetShape
-from trm.hardware import GpuInfo, HardwareProfile
+from trm.hardware import AcceleratorInfo, HardwareProfile
 from trm.memory import MemoryEstimate, MemoryItem
 from trm.model import EMA
 from trm.model.trm import TinyRecursiveModel
@@ -160,15 +160,17 @@ def test_under_torchrun_the_micro_batch_divides_this_ranks_rows(monkeypatch):
 
 
 def test_bf16_is_decided_by_this_ranks_gpu(monkeypatch):
-    gpus = (GpuInfo(index=0, bf16=False), GpuInfo(index=1, bf16=True))
-    hardware = HardwareProfile(gpus=gpus)
+    gpus = (AcceleratorInfo("cuda", 0, bf16=False), AcceleratorInfo("cuda", 1, bf16=True))
+    hardware = HardwareProfile(accelerators=gpus)
     estimate = MemoryEstimate(items=(), device_budget_bytes=8 * GIB)
     torchrun_env(monkeypatch, rank=1, world=2)
     assert tiers.native_bf16(hardware, estimate)
     torchrun_env(monkeypatch, rank=0, world=2)
     assert not tiers.native_bf16(hardware, estimate)
     torchrun_env(monkeypatch, rank=1, world=2)
-    unknown = HardwareProfile(gpus=(GpuInfo(index=0, bf16=True), GpuInfo(index=1)))
+    unknown = HardwareProfile(
+        accelerators=(AcceleratorInfo("cuda", 0, bf16=True), AcceleratorInfo("cuda", 1))
+    )
     assert not tiers.native_bf16(unknown, estimate)  # unknown support: fp32, never a guess
 
 

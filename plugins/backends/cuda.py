@@ -28,7 +28,7 @@ from trm.device.compile import c_compiler, choose_compile, python_headers
 from trm.device.contract import DeviceBackend
 from trm.device.transfer import pinned_to_device
 from trm.errors import TrmError
-from trm.hardware import AcceleratorInfo, GpuInfo, HardwareProfile
+from trm.hardware import AcceleratorInfo, HardwareProfile
 from trm.measure.flops import matmul_bound
 from trm.memory import MemoryItem, StepMemory
 from trm.plugins.backends import cuda_allocator
@@ -146,16 +146,18 @@ def enable_tf32(gpu: CudaGpu) -> bool:
     return True
 
 
-def gpu_info(gpu: CudaGpu, free_bytes: int | None = None) -> GpuInfo:
+def gpu_info(gpu: CudaGpu, free_bytes: int | None = None) -> AcceleratorInfo:
     """``gpu`` as the hardware profile records it (``free_bytes``: read only for this
-    process's GPU)."""
+    process's GPU); its generation is the compute capability, ``sm_80``."""
     major, minor = gpu.capability
-    return GpuInfo(
+    return AcceleratorInfo(
+        kind=CudaDevice.name,
         index=gpu.index,
         name=gpu.name,
+        generation=f"sm_{major}{minor}",
+        count=1,
         memory_total_bytes=gpu.memory_bytes,
         memory_free_bytes=free_bytes,
-        compute_capability=f"{major}.{minor}",
         bf16=gpu.native_bf16,
         fp16=gpu.fast_fp16,
         tf32=gpu.tf32,
@@ -199,18 +201,20 @@ class CudaDevice(DeviceBackend):
         one-line failure, exit 1, with its last good checkpoint. A user's own setting wins."""
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
 
+    def gpus(self, hardware: HardwareProfile) -> list[AcceleratorInfo]:
+        """The GPUs of ``hardware``: its accelerators of this backend's kind."""
+        return [a for a in hardware.accelerators or () if a.kind == self.name]
+
     def machine_devices(self, hardware: HardwareProfile) -> list[str]:
-        indices = [g.index for g in hardware.gpus or ()]
-        if not indices and hardware.cuda_devices:
-            indices = list(range(len(hardware.cuda_devices)))
-        return [f"cuda:{i}" for i in indices]
+        return [f"{self.torch_type}:{gpu.index}" for gpu in self.gpus(hardware)]
 
     def budget_bytes(self, hardware: HardwareProfile, device: torch.device) -> int | None:
+        """The memory of GPU ``device.index`` (0 when none is given); of the first GPU whose
+        memory is known when the profile does not list that one."""
         index = device.index or 0
-        for gpu in hardware.gpus or ():
-            if gpu.index == index and gpu.memory_total_bytes:
-                return gpu.memory_total_bytes
-        return hardware.cuda_memory_bytes
+        known = [gpu for gpu in self.gpus(hardware) if gpu.memory_total_bytes]
+        mine = [gpu for gpu in known if gpu.index == index] or known
+        return mine[0].memory_total_bytes if mine else None
 
     def compile_unavailable_reason(self) -> str | None:
         if importlib.util.find_spec("triton") is None:
@@ -269,32 +273,18 @@ def device_backends() -> list[DeviceBackend]:
 
 @hookimpl
 def detect_hardware() -> HardwareProfile | None:
-    """Every visible GPU: name, memory, compute capability, bf16/fp16/TF32 support; the free
-    memory of this process's GPU only (selected first, so no other GPU gets a context)."""
+    """Every visible GPU as an ``accelerators`` record: name, memory, compute capability,
+    bf16/fp16/TF32 support; the free memory of this process's GPU only (selected first, so no
+    other GPU gets a context)."""
     if not is_available():
         return None
     local = local_device_index()
     torch.cuda.set_device(local)
     gpus = [cuda_gpu(i) for i in range(torch.cuda.device_count())]
-    infos = tuple(gpu_info(g, _free_bytes(g.index) if g.index == local else None) for g in gpus)
-    accelerators = tuple(
-        AcceleratorInfo(
-            kind="cuda",
-            index=g.index,
-            name=g.name,
-            generation=f"sm_{g.capability[0]}{g.capability[1]}",
-            count=1,
-            memory_total_bytes=g.memory_bytes,
-            memory_free_bytes=info.memory_free_bytes,
-            bf16=g.native_bf16,
-        )
-        for g, info in zip(gpus, infos, strict=True)
-    )
     return HardwareProfile(
-        cuda_devices=tuple(g.describe() for g in gpus),
-        cuda_memory_bytes=gpus[local].memory_bytes,
-        gpus=infos,
-        accelerators=accelerators,
+        accelerators=tuple(
+            gpu_info(g, _free_bytes(g.index) if g.index == local else None) for g in gpus
+        )
     )
 
 
