@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -216,3 +217,36 @@ def test_the_name_finder_finds_quoted_device_names(tmp_path):
         "w = 'mps'\n"
     )
     assert [line for line, _ in quoted_device_names(sample)] == [1, 1, 2, 5]
+
+
+# ------------------------------------------------------------ the contract's older names
+
+
+def test_a_backend_written_with_the_older_names_still_answers_the_current_ones():
+    """``is_available()`` (the reason or None) and the class variables ``has_device_memory``
+    and ``process_groups`` answer for ``unavailable_reason()``, ``uses_device_memory()`` and
+    ``process_group_backends()``, each with a DeprecationWarning naming the current one."""
+    from trm.device.contract import DeviceBackend
+
+    with pytest.warns(DeprecationWarning) as warned:
+
+        class OlderNpu(DeviceBackend):
+            name = torch_type = "npu"
+            has_device_memory = True
+            process_groups: ClassVar[dict[str, str]] = {"npu": "hccl"}
+
+            def is_available(self):
+                return "no NPU driver"
+
+    named = {str(w.message).split("define ")[1].split()[0] for w in warned}
+    assert named == {"unavailable_reason()", "uses_device_memory()", "process_group_backends()"}
+    backend = OlderNpu()
+    assert backend.unavailable_reason() == "no NPU driver"
+    assert backend.uses_device_memory() is True
+    assert backend.process_group_backends() == {"npu": "hccl"}
+
+    class CurrentNpu(DeviceBackend):
+        name = torch_type = "npu"
+
+    assert CurrentNpu().unavailable_reason() is None
+    assert CurrentNpu().uses_device_memory() is False

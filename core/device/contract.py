@@ -216,9 +216,9 @@ class DeviceBackend:
         return self.name
 
 
-# Names of the first contract, still honoured in a subclass that defines them (a backend
-# written against it keeps working): a method returning the reason or None, and two class
-# variables that became methods.
+# Older names of the contract, still honoured in a subclass that defines them, so a backend
+# written with them keeps working: a method is_available() returning the reason or None, and
+# two class variables that became methods.
 _OLDER_NAMES = {
     "is_available": "unavailable_reason",
     "has_device_memory": "uses_device_memory",
@@ -227,7 +227,7 @@ _OLDER_NAMES = {
 
 
 def _adopt_older_names(cls: type[DeviceBackend]) -> None:
-    """Map a subclass's members under the first contract's names onto the current methods
+    """Map a subclass's members under the older names onto the current methods
     (with a DeprecationWarning), unless the subclass defines the current ones itself."""
     for older, current in _OLDER_NAMES.items():
         if older not in cls.__dict__ or current in cls.__dict__:
