@@ -104,7 +104,7 @@ class DeviceBackend:
         """The device memory this backend's own runtime and allocator add to a training step
         whose tensors the planner counted (``step``): a context, workspaces, the allocator's
         rounding and holes, collective buffers. Asked by the built-in estimate when
-        :meth:`uses_device_memory`; the items go under "device". None by default."""
+        :meth:`uses_device_memory`; the items go under "device". No items by default."""
         return []
 
     def replicas(self) -> int:

@@ -464,8 +464,8 @@ class StepPlan:
         return -(-self.rows // self.micro)
 
     def carry_bytes(self, rows: int, state_bytes: int) -> int:
-        """A carry of ``rows`` rows whose z_H and z_L have ``state_bytes`` elements, with its
-        data (halted flag, steps, inputs and labels, puzzle identifier)."""
+        """Bytes of a carry of ``rows`` rows whose z_H and z_L take ``state_bytes`` bytes an
+        element, with its data (halted flag, steps, inputs and labels, puzzle identifier)."""
         pd = self.sizes.positions * self.sizes.hidden
         return rows * (2 * state_bytes * pd + 4 + 1 + self.dataset.seq_len * 2 * I64 + I64)
 
