@@ -2,15 +2,14 @@
 
 Each ``detect_hardware`` implementation returns a HardwareProfile with only the fields it
 knows set; the rest stay None. The core merges the parts field by field in the order pluggy
-calls the implementations, the first known value winning. The generic ``system`` plugin is
-``trylast``, so a backend's (cuda, mps) or a third party's value for a field overrides the
-generic one: the plugin that knows a device best speaks for it. None means "unknown" and is
-shown so — never a guess.
+calls the implementations, the first known value winning, except ``accelerators``, which
+collects every part's. The generic ``system`` plugin is ``trylast``, so a backend's or a third
+party's value for a field overrides the generic one: the plugin that knows a device best speaks
+for it. None means "unknown" and is shown so — never a guess.
 
 Who fills what (built-in plugins): ``system`` — OS, Python, torch, CPU, memory, storage,
-power, math libraries and cached benchmark figures; ``cuda`` — ``gpus``/``cuda_devices``;
-``mps`` — ``mps_available`` and the Apple GPU; any backend (``xla``, a third party's) —
-``accelerators``, the generic record. See docs/hardware.md.
+power, math libraries and cached benchmark figures; every backend — its devices, as
+``accelerators`` (the one record of a device of any kind). See docs/hardware.md.
 """
 
 from __future__ import annotations
@@ -47,30 +46,15 @@ VECTOR_FEATURES = (
 
 
 @frozen
-class GpuInfo:
-    """One accelerator as a backend plugin sees it; any field may be None (unknown)."""
-
-    index: int
-    name: str | None = None
-    memory_total_bytes: int | None = None
-    memory_free_bytes: int | None = None
-    compute_capability: str | None = None
-    bf16: bool | None = None
-    fp16: bool | None = None
-    tf32: bool | None = None
-    temperature_c: float | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-
-
-@frozen
 class AcceleratorInfo:
-    """One accelerator of any kind, as its backend plugin reports it (the generic record a
-    third party's backend fills; CUDA GPUs also keep their detailed ``GpuInfo``).
+    """One accelerator of any kind, as its backend plugin reports it.
 
-    ``kind`` is the backend's name (``cuda``, ``xla``, ``npu``); ``generation`` what the
-    runtime calls the chip (``v4``, ``sm_90``); ``count``: chips this one entry stands for
-    (a TPU host reports its chips once). Unknown stays None."""
+    ``kind`` is the backend's name (``cuda``, ``xla``, ``npu``); ``index`` the device's
+    index among its kind (``cuda:1`` is 1); ``generation`` what the runtime calls the chip
+    (``v4``, ``sm_90``); ``count``: chips this one entry stands for (a TPU host reports its
+    chips once); ``memory_free_bytes`` is read for this process's device only. ``bf16``,
+    ``fp16``, ``tf32``: the device multiplies in that format natively (tensor cores). Unknown
+    stays None."""
 
     kind: str
     index: int = 0
@@ -80,6 +64,20 @@ class AcceleratorInfo:
     memory_total_bytes: int | None = None
     memory_free_bytes: int | None = None
     bf16: bool | None = None
+    fp16: bool | None = None
+    tf32: bool | None = None
+
+    def describe(self) -> str:
+        """One line: name, generation, memory, native formats."""
+        chips = f" x{self.count}" if self.count and self.count > 1 else ""
+        formats = [
+            f for f, ok in (("bf16", self.bf16), ("fp16", self.fp16), ("TF32", self.tf32)) if ok
+        ]
+        native = f", {'/'.join(formats)}" if formats else ""
+        return (
+            f"{describe(self.name)}{chips}, {describe(self.generation)}, "
+            f"{describe(self.memory_total_bytes, 'bytes')}{native}"
+        )
 
 
 @frozen
@@ -124,11 +122,7 @@ class HardwareProfile:
     swap_free_bytes: int | None = None
     memory_reserve_bytes: int | None = None
     memory_budget_bytes: int | None = None
-    # accelerators
-    cuda_devices: tuple[str, ...] | None = None
-    cuda_memory_bytes: int | None = None
-    gpus: tuple[GpuInfo, ...] | None = None
-    mps_available: bool | None = None
+    # devices: every backend's, in one generic record; whether the host's memory is theirs
     unified_memory: bool | None = None
     accelerators: tuple[AcceleratorInfo, ...] | None = None
     # storage and power
@@ -142,7 +136,8 @@ class HardwareProfile:
     disk_write_mb_per_s: float | None = None
 
     def speed_of(self, device: str) -> DeviceSpeed | None:
-        """The cached measured speed of ``device`` ("cpu", "cuda:0", "mps"), or None."""
+        """The cached measured speed of ``device`` (a ``torch.device`` string: ``cpu``,
+        ``xla:0``), or None."""
         for speed in self.device_speeds or ():
             if speed.device == device or speed.device.split(":")[0] == device:
                 return speed
@@ -151,15 +146,21 @@ class HardwareProfile:
 
 def merge_profiles(parts: Iterable[HardwareProfile | None]) -> HardwareProfile:
     """Merge partial profiles in call order: for each field the first non-None value wins
-    (pluggy calls ``trylast`` implementations, such as ``system``'s, last)."""
-    merged: dict[str, object] = {}
+    (pluggy calls ``trylast`` implementations, such as ``system``'s, last); ``accelerators``
+    holds every part's, in that order (each backend reports its own devices)."""
+    merged: dict[str, Any] = {}
+    accelerators: list[AcceleratorInfo] | None = None
     for part in parts:
         if part is None:
             continue
+        if part.accelerators is not None:
+            accelerators = [*(accelerators or []), *part.accelerators]
         for f in attrs.fields(HardwareProfile):
             value = getattr(part, f.name)
             if value is not None and merged.get(f.name) is None:
                 merged[f.name] = value
+    if accelerators is not None:
+        merged["accelerators"] = tuple(accelerators)
     return HardwareProfile(**merged)
 
 

@@ -93,9 +93,9 @@ def device_backends() -> list[DeviceBackend] | None:
 
     Called when a command checks a spec (``runtime.device`` must be ``auto`` or a name some
     backend claims; an unknown name is one error line listing the installed backends), when
-    ``trm run`` joins a torchrun process group (each backend's ``process_groups``), by
+    ``trm run`` joins a torchrun process group (each backend's ``process_group_backends()``), by
     ``trm analyze --benchmark`` (each backend's ``machine_devices``) and by ``trm plugins``.
-    Return backends whose device is absent too: their ``is_available()`` says why not.
+    Return backends whose device is absent too: their ``unavailable_reason()`` says why not.
     """
 
 

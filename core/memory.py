@@ -40,6 +40,27 @@ class MemoryItem:
 
 
 @frozen
+class StepMemory:
+    """One training step's device tensors as the planner counts them, for a backend to charge
+    what its own runtime and allocator add (``DeviceBackend.allocator_items``).
+
+    ``activation_tensor_bytes``: the size of every tensor one layer keeps for backward in one
+    grad-carrying network call, at the planned micro-batch (each its own allocation);
+    ``activation_tensor_copies``: how many of each are held at the step's peak (layers times
+    grad-carrying calls; one call's with activation checkpointing). ``reallocated_bytes``:
+    the tensors freed and allocated again every micro-batch (the activations and the step's
+    transients). ``gradient_bytes``: the float32 gradients. ``world_size``: the processes of
+    a torchrun job (1 without torchrun).
+    """
+
+    activation_tensor_bytes: tuple[int, ...]
+    activation_tensor_copies: int
+    reallocated_bytes: int
+    gradient_bytes: int
+    world_size: int = 1
+
+
+@frozen
 class MemoryEstimate:
     """All items of every plugin, per-location totals, and the budgets they are held against.
 

@@ -39,8 +39,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-# runtime.device: "auto" or a name a loaded backend plugin claims ("cpu", "cuda:1", "xla");
-# which names are claimed is checked when plugins are loaded (trm.plan.backends).
+# runtime.device: "auto" or a name a loaded backend plugin claims (cpu, xla; NAME:N for one of
+# several devices); which names are claimed is checked when plugins are loaded
+# (trm.plan.backends).
 DEVICE_NAME = re.compile(r"^[a-z][a-z0-9_.-]*(:[0-9]+)?$")
 COMPILE_CHOICES = ("auto", "on", "off")
 HOST_MEMORY_CHOICES = ("auto", "reuse", "system")
@@ -531,7 +532,7 @@ def validate(spec: RunSpec, where: str) -> None:
         bool(DEVICE_NAME.match(r.device)),
         "runtime.device",
         f"{r.device!r} is not a device name: 'auto' or a backend's name such as 'cpu', "
-        "'cuda', 'cuda:1' (trm plugins lists the backends)",
+        "with ':N' for one of several devices (trm plugins lists the backends)",
     )
     need(r.precision in PRECISIONS, "runtime.precision", f"must be one of {PRECISIONS}")
     need(r.compile in COMPILE_CHOICES, "runtime.compile", f"must be one of {COMPILE_CHOICES}")

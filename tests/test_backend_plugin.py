@@ -11,9 +11,11 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -177,3 +179,74 @@ def test_the_branch_finder_finds_branches(tmp_path):
         "x = 'mps' in names\n"
     )
     assert sorted({line for line, _ in device_branches(sample)}) == [2, 3, 4]
+
+
+# ------------------------------------------------ no cuda/mps name in core or the planner
+
+QUOTED_DEVICE_NAME = re.compile(r"""["'](cuda|mps)(:\d+)?["']""")
+SCANNED = ("core", "plugins/planning")
+# The model's two numerics choices, one line each (see MODEL_EXCEPTIONS).
+NAMED_IN = {("core/model/optim.py", "cuda"), ("core/model/losses.py", "mps")}
+
+
+def quoted_device_names(path: Path) -> list[tuple[int, str]]:
+    """Lines of ``path`` (code, comments and docstrings alike) that quote "cuda" or "mps"."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [
+        (n, m.group(1))
+        for n, line in enumerate(lines, 1)
+        for m in QUOTED_DEVICE_NAME.finditer(line)
+    ]
+
+
+def test_core_and_the_planner_name_no_cuda_or_mps_device_but_the_models_numerics():
+    found = []
+    for folder in SCANNED:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            found += [(relative, line, name) for line, name in quoted_device_names(path)]
+    unexpected = [f"{p}:{line}: {name}" for p, line, name in found if (p, name) not in NAMED_IN]
+    assert unexpected == []
+    assert sorted((p, name) for p, _, name in found) == sorted(NAMED_IN)  # one line each
+
+
+def test_the_name_finder_finds_quoted_device_names(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        'x = ("cuda", "mps")\n# runtime.device = "cuda:1"\ny = f"{a}:{b}"\nz = "mpsx"\n'
+        "w = 'mps'\n"
+    )
+    assert [line for line, _ in quoted_device_names(sample)] == [1, 1, 2, 5]
+
+
+# ------------------------------------------------------------ the contract's older names
+
+
+def test_a_backend_written_with_the_older_names_still_answers_the_current_ones():
+    """``is_available()`` (the reason or None) and the class variables ``has_device_memory``
+    and ``process_groups`` answer for ``unavailable_reason()``, ``uses_device_memory()`` and
+    ``process_group_backends()``, each with a DeprecationWarning naming the current one."""
+    from trm.device.contract import DeviceBackend
+
+    with pytest.warns(DeprecationWarning) as warned:
+
+        class OlderNpu(DeviceBackend):
+            name = torch_type = "npu"
+            has_device_memory = True
+            process_groups: ClassVar[dict[str, str]] = {"npu": "hccl"}
+
+            def is_available(self):
+                return "no NPU driver"
+
+    named = {str(w.message).split("define ")[1].split()[0] for w in warned}
+    assert named == {"unavailable_reason()", "uses_device_memory()", "process_group_backends()"}
+    backend = OlderNpu()
+    assert backend.unavailable_reason() == "no NPU driver"
+    assert backend.uses_device_memory() is True
+    assert backend.process_group_backends() == {"npu": "hccl"}
+
+    class CurrentNpu(DeviceBackend):
+        name = torch_type = "npu"
+
+    assert CurrentNpu().unavailable_reason() is None
+    assert CurrentNpu().uses_device_memory() is False

@@ -141,10 +141,12 @@ def test_cuda_on_ampere_uses_bf16_tf32_and_the_local_rank(monkeypatch) -> None:
     assert torch.backends.cudnn.conv.fp32_precision == "tf32"
     assert any("TF32" in n for n in choice.notes)
     profile = cuda.detect_hardware()
-    assert profile.cuda_memory_bytes == 16 * 2**30 and len(profile.gpus) == 2
-    gpu = profile.gpus[0]
-    assert (gpu.compute_capability, gpu.bf16, gpu.fp16, gpu.tf32) == ("8.0", True, True, True)
-    assert "sm_80" in profile.cuda_devices[0]
+    gpus = profile.accelerators
+    assert cuda.CUDA.budget_bytes(profile, torch.device("cuda:1")) == 16 * 2**30
+    assert len(gpus) == 2
+    gpu = gpus[0]
+    assert (gpu.generation, gpu.bf16, gpu.fp16, gpu.tf32) == ("sm_80", True, True, True)
+    assert "sm_80" in gpu.describe()
 
 
 def test_cuda_before_ampere_trains_fp32_without_tf32(monkeypatch) -> None:

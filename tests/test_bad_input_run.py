@@ -333,14 +333,14 @@ def test_sigterm_says_sigterm_not_ctrl_c(capfd):
     assert "SIGTERM" in err and "Ctrl-C" not in err
 
 
-def test_a_cpu_only_torch_reports_no_cuda_gpus_rather_than_unknown(cli):
+def test_a_cpu_only_torch_reports_no_accelerators_rather_than_unknown(cli):
     import torch
 
     if torch.version.cuda is not None:
         pytest.skip("this torch is a CUDA build")
     result = cli("analyze", "--profile-only")
     assert result.code == 0, result.err
-    assert "CUDA GPUs                  none" in result.out
+    assert "accelerators               none" in result.out
 
 
 def test_generated_tier_specs_share_one_built_dataset(tiny, tmp_path, cli, monkeypatch):

@@ -29,7 +29,9 @@ class BudgetDevice(DeviceBackend):
 
     name = "cpu-budget"
     torch_type = "cpu"
-    has_device_memory = True
+
+    def uses_device_memory(self):
+        return True
 
     def budget_bytes(self, hardware, device):
         return BUDGET_BYTES

@@ -8,10 +8,11 @@ import attrs
 import pytest
 
 from trm.data.shape import DatasetShape
-from trm.hardware import GpuInfo, HardwareProfile
+from trm.hardware import AcceleratorInfo, HardwareProfile
 from trm.memory import MemoryEstimate, MemoryItem
 from trm.model import EMA
 from trm.model.trm import TinyRecursiveModel
+from trm.plugins.backends import cuda_allocator
 from trm.plugins.backends.cuda import CUDA
 from trm.plugins.planning import memory_estimator, tiers
 from trm.runtime import RuntimeChoice
@@ -64,17 +65,18 @@ def test_no_cpu_or_glibc_allowance_reaches_a_cuda_estimate(monkeypatch):
 
 
 def test_the_caching_allocator_rounds_large_tensors_to_whole_segments():
-    assert memory_estimator.cuda_block_bytes(1) == 512
-    assert memory_estimator.cuda_block_bytes(513) == 1024
+    assert cuda_allocator.block_bytes(1) == 512
+    assert cuda_allocator.block_bytes(513) == 1024
     ten_mib_and_a_byte = 10 * 2**20 + 1
-    assert memory_estimator.cuda_block_bytes(ten_mib_and_a_byte) == 12 * 2**20
+    assert cuda_allocator.block_bytes(ten_mib_and_a_byte) == 12 * 2**20
     # the fragmentation item holds the rounding of the kept activations plus the allowance
     spec = RunSpec(train=TrainSpec(global_batch_size=64))
     items = items_of(spec, SUDOKU)
-    arch, sizes = spec.arch, memory_estimator.model_sizes(spec.arch, SUDOKU)
-    rounding = memory_estimator.cuda_rounding_bytes(arch, sizes, "bf16", 64, False, False)
+    step = memory_estimator.plan_step(spec, CUDA_BF16, SUDOKU, 1)
+    tensors = memory_estimator.step_tensors(step)
+    rounding = cuda_allocator.rounding_bytes(memory_estimator.device_step_memory(step, tensors))
     transient = items["activations"].bytes + items["step transients"].bytes
-    expected = rounding + memory_estimator.CUDA_FRAGMENTATION_FRACTION * transient
+    expected = rounding + cuda_allocator.FRAGMENTATION_FRACTION * transient
     assert items["allocator fragmentation"].bytes == int(expected)
 
 
@@ -83,7 +85,7 @@ def test_nccl_buffers_are_an_item_only_under_torchrun_with_cuda(monkeypatch):
     assert "NCCL buffers" not in items_of(spec, SUDOKU, world=1)
     two = items_of(spec, SUDOKU, world=2)
     assert two["NCCL buffers"].location == "device"
-    channels, peers = memory_estimator.NCCL_ASSUMED_CHANNELS, memory_estimator.NCCL_RING_NEIGHBOURS
+    channels, peers = cuda_allocator.NCCL_ASSUMED_CHANNELS, cuda_allocator.NCCL_RING_NEIGHBOURS
     assert two["NCCL buffers"].bytes == peers * channels * (2 * 4 * 2**20 + 256 * 1024)
     params = memory_estimator.model_sizes(spec.arch, SUDOKU).params
     assert two["gradient all-reduce buffer"].bytes == 4 * params
@@ -158,15 +160,17 @@ def test_under_torchrun_the_micro_batch_divides_this_ranks_rows(monkeypatch):
 
 
 def test_bf16_is_decided_by_this_ranks_gpu(monkeypatch):
-    gpus = (GpuInfo(index=0, bf16=False), GpuInfo(index=1, bf16=True))
-    hardware = HardwareProfile(gpus=gpus)
+    gpus = (AcceleratorInfo("cuda", 0, bf16=False), AcceleratorInfo("cuda", 1, bf16=True))
+    hardware = HardwareProfile(accelerators=gpus)
     estimate = MemoryEstimate(items=(), device_budget_bytes=8 * GIB)
     torchrun_env(monkeypatch, rank=1, world=2)
     assert tiers.native_bf16(hardware, estimate)
     torchrun_env(monkeypatch, rank=0, world=2)
     assert not tiers.native_bf16(hardware, estimate)
     torchrun_env(monkeypatch, rank=1, world=2)
-    unknown = HardwareProfile(gpus=(GpuInfo(index=0, bf16=True), GpuInfo(index=1)))
+    unknown = HardwareProfile(
+        accelerators=(AcceleratorInfo("cuda", 0, bf16=True), AcceleratorInfo("cuda", 1))
+    )
     assert not tiers.native_bf16(unknown, estimate)  # unknown support: fp32, never a guess
 
 

@@ -58,9 +58,10 @@ def test_each_rank_reads_free_memory_of_its_own_gpu_only_after_selecting_it(
     monkeypatch.setenv("LOCAL_RANK", "3")
     profile = cuda.detect_hardware()
     assert eight_gpus == [("set_device", 3), ("mem_get_info", 3)]
-    assert len(profile.gpus) == 8 and profile.gpus[3].memory_free_bytes == 70 * 2**30
-    assert all(g.memory_free_bytes is None for g in profile.gpus if g.index != 3)
-    assert profile.cuda_memory_bytes == 80 * 2**30
+    gpus = profile.accelerators
+    assert len(gpus) == 8 and gpus[3].memory_free_bytes == 70 * 2**30
+    assert all(g.memory_free_bytes is None for g in gpus if g.index != 3)
+    assert cuda.CUDA.budget_bytes(profile, torch.device("cuda:3")) == 80 * 2**30
     assert [a.generation for a in profile.accelerators] == ["sm_90"] * 8
 
 

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import json
 
-from trm.hardware import DeviceSpeed, GpuInfo, HardwareProfile, describe, merge_profiles
+from trm.hardware import (
+    AcceleratorInfo,
+    DeviceSpeed,
+    HardwareProfile,
+    describe,
+    merge_profiles,
+)
 from trm.measure.machine import load_cached_speeds, save_cached_speeds
 from trm.plugins.planning import system
 
 
 def test_merge_keeps_the_first_known_value_and_leaves_unknowns_none():
     cpu = HardwareProfile(cpu_model="A", physical_cores=4)
-    gpu = HardwareProfile(cpu_model="B", gpus=(GpuInfo(index=0, name="G"),))
+    gpu = HardwareProfile(cpu_model="B", accelerators=(AcceleratorInfo("gpu", 0, name="G"),))
     merged = merge_profiles([None, cpu, gpu])
     assert merged.cpu_model == "A" and merged.physical_cores == 4
-    assert merged.gpus[0].name == "G"
-    assert merged.mps_available is None and describe(merged.mps_available) == "unknown"
+    assert merged.accelerators[0].name == "G"
+    assert merged.unified_memory is None and describe(merged.unified_memory) == "unknown"
 
 
 def test_budget_keeps_an_os_reserve_and_never_exceeds_what_is_available():
@@ -38,7 +44,7 @@ def test_system_plugin_reports_this_linux_machine_without_guessing(tmp_path):
         assert profile.cpu_native_bf16 == any(
             f in profile.cpu_features for f in ("avx512_bf16", "amx_bf16", "bf16")
         )
-    assert profile.gpus is None  # the system plugin never fills accelerator facts
+    assert profile.accelerators is None  # the system plugin never fills accelerator facts
 
 
 def test_vector_features_are_normalised_from_raw_flags():

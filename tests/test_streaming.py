@@ -203,7 +203,10 @@ def test_the_stream_reader_pins_where_the_backend_says_whatever_the_device_is_ca
 
     class PinningAccelerator(CpuDevice):
         name = torch_type = "npu"
-        has_device_memory = pins_host_batches = True
+        pins_host_batches = True
+
+        def uses_device_memory(self):
+            return True
 
     split, choice = open_split(tiny.data / "train"), ReaderChoice("stream", "t", 2)
     pm = load_plugins([])

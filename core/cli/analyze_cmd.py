@@ -10,6 +10,7 @@ and suggestions and warnings. ``--generate-configs DIR`` writes one TOML spec pe
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,9 @@ import attrs
 
 from trm.cli.common import add_set_option
 from trm.cli.output import info, print_json
+from trm.device.contract import HOST, DeviceBackend
 from trm.errors import TrmError
-from trm.hardware import HardwareProfile, describe, format_bytes
+from trm.hardware import UNKNOWN, HardwareProfile, describe, format_bytes
 from trm.measure.machine import run_benchmark
 from trm.measure.run_speed import MeasuredSpeed, measure_plans
 from trm.measure.speed import (
@@ -177,15 +179,24 @@ PROFILE_ROWS = (
     ("swap total / free", None, ""),
     ("OS reserve", "memory_reserve_bytes", "bytes"),
     ("usable budget", "memory_budget_bytes", "bytes"),
-    ("CUDA GPUs", "cuda_devices", ""),
-    ("Apple GPU (MPS)", "mps_available", ""),
+    ("accelerators", None, ""),
     ("storage free", "storage_free_bytes", "bytes"),
     ("storage path", "storage_path", ""),
     ("on battery", "on_battery", ""),
 )
 
 
-def print_profile(hardware: HardwareProfile) -> None:
+def accelerator_count(hardware: HardwareProfile, backends: Iterable[DeviceBackend]) -> str:
+    """How many accelerators the backends reported: "none" when they reported none, or when
+    every loaded backend keeps its tensors on the host (a CPU-only torch build loads no
+    other); "unknown" when a device backend is on but said nothing."""
+    if hardware.accelerators:
+        return str(len(hardware.accelerators))
+    host_only = all(backend.torch_type == HOST.torch_type for backend in backends)
+    return "none" if hardware.accelerators is not None or host_only else UNKNOWN
+
+
+def print_profile(hardware: HardwareProfile, backends: Iterable[DeviceBackend] = ()) -> None:
     h = hardware
     special = {
         "cores (physical/logical)": f"{describe(h.physical_cores)} / {describe(h.logical_cores)}",
@@ -195,28 +206,14 @@ def print_profile(hardware: HardwareProfile) -> None:
         ),
         "swap total / free": f"{describe(h.swap_total_bytes, 'bytes')} / "
         f"{describe(h.swap_free_bytes, 'bytes')}",
+        "accelerators": accelerator_count(h, backends),
     }
     print("Hardware profile")
     for label, field_name, unit in PROFILE_ROWS:
         value = special[label] if field_name is None else describe(getattr(h, field_name), unit)
         print(f"  {label:<26} {value}")
-    for gpu in h.gpus or ():
-        print(
-            f"  GPU {gpu.index:<22} {describe(gpu.name)}, "
-            f"{describe(gpu.memory_total_bytes, 'bytes')}"
-            f", sm {describe(gpu.compute_capability)}, bf16 {describe(gpu.bf16)}, "
-            f"{describe(gpu.temperature_c, ' C')}, {describe(gpu.power_w, ' W')}"
-        )
-    shown = {(gpu.index, gpu.name) for gpu in h.gpus or ()}
     for acc in h.accelerators or ():
-        if (acc.index, acc.name) in shown:
-            continue  # a GPU shown above, in detail
-        chips = f" x{acc.count}" if acc.count and acc.count > 1 else ""
-        print(
-            f"  {acc.kind} {acc.index:<{max(1, 23 - len(acc.kind))}} {describe(acc.name)}{chips}, "
-            f"{describe(acc.generation)}, {describe(acc.memory_total_bytes, 'bytes')}, "
-            f"bf16 {describe(acc.bf16)}"
-        )
+        print(f"  {f'{acc.kind}:{acc.index}':<26} {acc.describe()}")
     for speed in h.device_speeds or ():
         print(
             f"  measured {speed.device:<17} fp32 {describe(speed.matmul_fp32_gflops)} GFLOP/s, "
@@ -285,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print_json(document)
         else:
-            print_profile(hardware)
+            print_profile(hardware, pm.device_backends())
             print(f"\nPerformance score {describe(score)}: {meaning}")
         return 0
 
@@ -314,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(document)
         return 0
-    print_profile(hardware)
+    print_profile(hardware, pm.device_backends())
     print(f"\nPerformance score {describe(score)}: {meaning}")
     print_tiers(spec, rows)
     for tier in rows:

@@ -10,9 +10,11 @@ The base class is the behaviour of a device whose tensors live in host memory (t
 method has a working default, so a backend overrides only what differs. The contract, by
 phase of a run:
 
-- planning: :meth:`~DeviceBackend.claims`, :meth:`~DeviceBackend.machine_devices`,
+- planning: :meth:`~DeviceBackend.claims`, :meth:`~DeviceBackend.unavailable_reason`,
+  :meth:`~DeviceBackend.uses_device_memory`, :meth:`~DeviceBackend.machine_devices`,
   :meth:`~DeviceBackend.budget_bytes`, :meth:`~DeviceBackend.shares_host_memory`,
-  :attr:`~DeviceBackend.has_device_memory`, :meth:`~DeviceBackend.compile_unavailable_reason`;
+  :meth:`~DeviceBackend.allocator_items`, :meth:`~DeviceBackend.replicas`,
+  :meth:`~DeviceBackend.compile_unavailable_reason`;
 - a step: :meth:`~DeviceBackend.to_device` (pinned, non-blocking copies where that helps),
   :meth:`~DeviceBackend.autocast`, :meth:`~DeviceBackend.begin_step`,
   :meth:`~DeviceBackend.mark_step` (the step boundary: XLA cuts and runs its graph there),
@@ -21,27 +23,33 @@ phase of a run:
   :meth:`~DeviceBackend.free_cached_memory`, :meth:`~DeviceBackend.used_fraction`;
 - resuming exactly: :meth:`~DeviceBackend.rng_state`, :meth:`~DeviceBackend.set_rng_state`;
 - compiling: :meth:`~DeviceBackend.compile`;
-- data parallelism: :attr:`~DeviceBackend.process_groups`,
-  :meth:`~DeviceBackend.prepare_process_group`, :meth:`~DeviceBackend.replicas`;
+- data parallelism: :meth:`~DeviceBackend.process_group_backends`,
+  :meth:`~DeviceBackend.prepare_process_group`;
 - saving and reading: :meth:`~DeviceBackend.to_host` (checkpoints are written from host
   tensors), :meth:`~DeviceBackend.read_values` (a step's one host read).
 
 :class:`Placement` binds a backend to the device and autocast dtype of a run: the object the
 loop passes around instead of ``(device, dtype)`` pairs.
+
+Every method that takes a device takes a ``torch.device`` (the planner builds one from
+``RuntimeChoice.device``); the class variables are facts that never change for a backend, and
+anything that depends on the machine or the run is a method.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import warnings
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from attrs import frozen
 
 from trm.hardware import HardwareProfile
+from trm.memory import MemoryItem, StepMemory
 
 
 class DeviceBackend:
@@ -50,18 +58,17 @@ class DeviceBackend:
     ``name`` is the ``runtime.device`` value the backend claims (also with an index,
     ``name:N``); ``torch_type`` the torch device type its tensors live on (a backend may run
     on another's tensors: a checked CPU device is ``name = "cpu-checked"``,
-    ``torch_type = "cpu"``). ``has_device_memory``: tensors live apart from host memory, so the
-    estimate counts them under "device" (and readers gather batches ahead of the loop).
-    ``pins_host_batches``: batches are gathered into pinned host memory, for a device that
-    copies from it asynchronously (CUDA). ``process_groups``: torch.distributed backends by
-    torch device type, for a torchrun job (``{"cuda": "nccl"}``); CPU tensors always use gloo.
+    ``torch_type = "cpu"``). ``pins_host_batches``: batches are gathered into pinned host
+    memory, for a device that copies from it asynchronously (CUDA).
     """
 
     name: ClassVar[str] = "cpu"
     torch_type: ClassVar[str] = "cpu"
-    has_device_memory: ClassVar[bool] = False
     pins_host_batches: ClassVar[bool] = False
-    process_groups: ClassVar[Mapping[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _adopt_older_names(cls)
 
     # ---- planning -----------------------------------------------------------------------
 
@@ -69,23 +76,42 @@ class DeviceBackend:
         """Whether ``runtime.device = device`` names this backend (``name`` or ``name:N``)."""
         return device == self.name or device.startswith(f"{self.name}:")
 
-    def is_available(self) -> str | None:
-        """None when the device can be used here, else why not (one clause, for errors)."""
+    def unavailable_reason(self) -> str | None:
+        """Why the device cannot be used here (one clause, for errors), or None when it can."""
         return None
+
+    def uses_device_memory(self) -> bool:
+        """Whether tensors live in memory of the device's own, apart from the host's: the
+        estimate then counts them under "device", and readers gather batches ahead of the
+        loop. False by default (tensors in host memory)."""
+        return False
 
     def machine_devices(self, hardware: HardwareProfile) -> list[str]:
         """Every device of this kind the machine has, as ``torch.device`` strings (measured
         one by one by ``trm analyze --benchmark``)."""
         return [self.torch_type]
 
-    def budget_bytes(self, hardware: HardwareProfile, device: str) -> int | None:
+    def budget_bytes(self, hardware: HardwareProfile, device: torch.device) -> int | None:
         """The device memory a run on ``device`` may use; None when the host budget applies
         (tensors in host memory)."""
         return None
 
-    def shares_host_memory(self, hardware: HardwareProfile, device: str) -> bool:
+    def shares_host_memory(self, hardware: HardwareProfile, device: torch.device) -> bool:
         """Whether ``device``'s memory is the host's (unified memory), so both budgets are one."""
         return False
+
+    def allocator_items(self, step: StepMemory) -> list[MemoryItem]:
+        """The device memory this backend's own runtime and allocator add to a training step
+        whose tensors the planner counted (``step``): a context, workspaces, the allocator's
+        rounding and holes, collective buffers. Asked by the built-in estimate when
+        :meth:`uses_device_memory`; the items go under "device". No items by default."""
+        return []
+
+    def replicas(self) -> int:
+        """Devices one process drives in data parallel (1; SPMD backends: every local
+        device). Asked by the planner, which splits the global batch over ``replicas()``
+        times the ranks, so a micro-batch is chosen per device."""
+        return 1
 
     def compile_unavailable_reason(self) -> str | None:
         """Why torch.compile cannot work on this device here, or None when it can.
@@ -165,14 +191,15 @@ class DeviceBackend:
 
     # ---- data parallelism and saving ------------------------------------------------------
 
+    def process_group_backends(self) -> Mapping[str, str]:
+        """The torch.distributed backends this device's tensors use in a torchrun job, by
+        torch device type (NCCL for CUDA tensors: ``{torch_type: "nccl"}``); empty when the
+        device has none (CPU tensors always use gloo)."""
+        return {}
+
     def prepare_process_group(self) -> None:
         """Set what this backend's collective library reads before a torchrun process group
         starts (environment defaults the user has not set). Nothing by default."""
-
-    def replicas(self) -> int:
-        """Devices one process drives in data parallel (1; SPMD backends: every local
-        device). The global batch is split over ``replicas()`` times the ranks."""
-        return 1
 
     def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` detached on the host, for a checkpoint (a host tensor as it is)."""
@@ -187,6 +214,37 @@ class DeviceBackend:
     def describe(self) -> str:
         """One line for ``trm plugins`` and errors: the name and what it runs on."""
         return self.name
+
+
+# Older names of the contract, still honoured in a subclass that defines them, so a backend
+# written with them keeps working: a method is_available() returning the reason or None, and
+# two class variables that became methods.
+_OLDER_NAMES = {
+    "is_available": "unavailable_reason",
+    "has_device_memory": "uses_device_memory",
+    "process_groups": "process_group_backends",
+}
+
+
+def _adopt_older_names(cls: type[DeviceBackend]) -> None:
+    """Map a subclass's members under the older names onto the current methods
+    (with a DeprecationWarning), unless the subclass defines the current ones itself."""
+    for older, current in _OLDER_NAMES.items():
+        if older not in cls.__dict__ or current in cls.__dict__:
+            continue
+        warnings.warn(
+            f"{cls.__name__}.{older} is the device contract's older name; define "
+            f"{current}() instead",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        value = cls.__dict__[older]
+        if isinstance(value, property):
+            setattr(cls, current, value.fget)
+        elif callable(value):
+            setattr(cls, current, value)
+        else:
+            setattr(cls, current, lambda self, _value=value: _value)
 
 
 def host_tensors(batch: Mapping[str, np.ndarray | torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -141,12 +141,12 @@ def setup_timeout_s() -> float:
 
 def process_group_backend(backends: Sequence[DeviceBackend] = ()) -> str:
     """The torch.distributed backend string for a job whose devices ``backends`` know:
-    gloo for CPU tensors, plus each available backend's ``process_groups``
+    gloo for CPU tensors, plus each available backend's ``process_group_backends()``
     (``"cpu:gloo,cuda:nccl"``)."""
     pairs = {"cpu": "gloo"}
     for device_backend in backends:
-        if device_backend.is_available() is None:
-            pairs.update(device_backend.process_groups)
+        if device_backend.unavailable_reason() is None:
+            pairs.update(device_backend.process_group_backends())
     if len(pairs) == 1:
         return "gloo"
     return ",".join(f"{kind}:{name}" for kind, name in pairs.items())
@@ -155,7 +155,7 @@ def process_group_backend(backends: Sequence[DeviceBackend] = ()) -> str:
 def start(backends: Sequence[DeviceBackend] = ()) -> World:
     """Join the process group torchrun's environment describes; returns this process's World.
 
-    ``backends``: the loaded device backends; their ``process_groups`` join gloo
+    ``backends``: the loaded device backends; their ``process_group_backends()`` join gloo
     (:func:`process_group_backend`) and each prepares its collective library first
     (``prepare_process_group``: NCCL's error handling, say).
 
@@ -173,7 +173,7 @@ def start(backends: Sequence[DeviceBackend] = ()) -> World:
         return current()
     timeout = timedelta(seconds=collective_timeout_s())
     for device_backend in backends:
-        if device_backend.is_available() is None:
+        if device_backend.unavailable_reason() is None:
             device_backend.prepare_process_group()
     store = _attempt_store(world, timeout)
     if store is None:

@@ -21,8 +21,8 @@ def machine_devices(
     """Every device of this machine that a loaded, available backend can use, each once with
     the backend that knows it, the host first."""
     found: dict[str, DeviceBackend] = {}
-    for backend in sorted(backends, key=lambda b: b.has_device_memory):
-        if backend.is_available() is not None:
+    for backend in sorted(backends, key=lambda b: b.uses_device_memory()):
+        if backend.unavailable_reason() is not None:
             continue
         for device in backend.machine_devices(hardware):
             found.setdefault(device, backend)

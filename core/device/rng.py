@@ -19,6 +19,10 @@ import torch
 
 from trm.device.contract import DeviceBackend
 
+CAPTURED_KEYS = ("python", "numpy", "torch_cpu", "device")
+"""The keys :func:`capture_rng` writes. A checkpoint written before device states were kept
+per rank has one more, named for its device type, holding every device's state at once."""
+
 
 def capture_rng(backend: DeviceBackend | None = None, device: torch.device | None = None) -> dict:
     """Every RNG state a run may draw from, in weights-only-loadable form.
@@ -68,7 +72,7 @@ def restore_rng(
     )
     torch.set_rng_state(state["torch_cpu"])
     saved = state.get("device")
-    legacy = [k for k in ("cuda", "mps") if state.get(k) is not None]
+    legacy = [k for k, v in state.items() if k not in CAPTURED_KEYS and v is not None]
     if saved is None:
         if legacy:
             return (

@@ -70,7 +70,8 @@ def recorded_device(payload: dict[str, Any]) -> str | None:
 def device_changed(saved: str, now: torch.device, compare_index: bool) -> bool:
     """Whether a checkpoint trained on ``saved`` resumes on another device than ``now``:
     another kind, or (``compare_index``: one process) another index of the same kind
-    ("cuda" is "cuda:0"). Under torchrun every rank has its own GPU, so only the kind counts.
+    (a device named without an index is index 0). Under torchrun every rank has its own
+    device, so only the kind counts.
     """
     old, new = torch.device(saved), torch.device(now)
     if old.type != new.type:

@@ -59,7 +59,7 @@ def open_reader(
         # where the backend copies from pinned memory) ahead overlap with the device's; on
         # the CPU the loop's thread is the device, and a gather costs less than a thread's
         # wake-ups: read in the loop.
-        ahead = choice.prefetch_steps if backend.has_device_memory else 0
+        ahead = choice.prefetch_steps if backend.uses_device_memory() else 0
         return MemoryReader(split, ahead, pin_memory=backend.pins_host_batches)
     raise TrmError(
         f"data.reader {choice.name!r}: no plugin serves it (is the streaming plugin switched "

@@ -31,6 +31,7 @@ from typing import Any
 
 import attrs
 import psutil
+import torch
 from attrs import frozen
 
 from trm.data.shape import read_shape
@@ -195,7 +196,7 @@ def choose_batches(
     same tier fits for that configuration, at most trm's batch: samples/s is compared per
     sample, not per step. Neither loop is then asked for more memory than the estimate allows.
     """
-    budget = runtime.backend.budget_bytes(hardware, runtime.device)
+    budget = runtime.backend.budget_bytes(hardware, torch.device(runtime.device))
     if budget is None:
         batch = asked or min(
             spec.runtime.micro_batch_size or spec.train.global_batch_size, CPU_DEFAULT_BATCH

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import attrs
+import torch
 from attrs import frozen
 
 from trm.data.reader import ReaderChoice, choose_reader
@@ -111,11 +112,12 @@ def estimate_memory(
         parts = pm.hook.estimate_memory(
             spec=candidate, hardware=hardware, runtime=chosen, dataset=dataset
         )
+        device = torch.device(chosen.device)
         return collect_estimate(
             parts,
             host_budget_bytes=hardware.memory_budget_bytes,
-            device_budget_bytes=chosen.backend.budget_bytes(hardware, chosen.device),
-            unified_memory=chosen.backend.shares_host_memory(hardware, chosen.device),
+            device_budget_bytes=chosen.backend.budget_bytes(hardware, device),
+            unified_memory=chosen.backend.shares_host_memory(hardware, device),
             remake=make,
         )
 

@@ -115,7 +115,7 @@ def advice(
     warnings: list[str] = []
     if hardware.device_speeds is None:
         suggestions.append("run `trm analyze --benchmark` once to measure this machine's speeds")
-    if hardware.cpu_native_bf16 is False and not hardware.gpus and not hardware.cuda_devices:
+    if hardware.cpu_native_bf16 is False and not hardware.accelerators:
         suggestions.append("this CPU has no native bf16: fp32 is used; a GPU would help most")
     if not requested_fits:
         warnings.append("the spec as written does not fit the memory budget; use a tier (--mode)")

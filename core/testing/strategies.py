@@ -10,7 +10,7 @@ import attrs
 from hypothesis import strategies as st
 
 from trm.data.shape import DatasetShape
-from trm.hardware import GpuInfo, HardwareProfile
+from trm.hardware import AcceleratorInfo, HardwareProfile
 from trm.runtime import RuntimeChoice
 from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec, validate
 
@@ -100,11 +100,12 @@ def hardware_profiles(draw: st.DrawFn) -> HardwareProfile:
     total = draw(st.integers(4, 512)) * GIB
     available = draw(st.integers(GIB // 2, total))
     maybe = lambda strategy: st.one_of(st.none(), strategy)  # noqa: E731
-    gpus = draw(
+    accelerators = draw(
         maybe(
             st.lists(
                 st.builds(
-                    GpuInfo,
+                    AcceleratorInfo,
+                    kind=st.just("gpu"),
                     index=st.just(0),
                     name=st.sampled_from(["NVIDIA H100", "NVIDIA RTX 4090", "Tesla T4"]),
                     memory_total_bytes=st.integers(8, 141).map(lambda g: g * GIB),
@@ -122,6 +123,6 @@ def hardware_profiles(draw: st.DrawFn) -> HardwareProfile:
         memory_total_bytes=total,
         memory_available_bytes=available,
         memory_budget_bytes=max(0, min(total - max(GIB, total // 10), available)),
-        gpus=gpus,
+        accelerators=accelerators,
     )
     return attrs.evolve(profile)

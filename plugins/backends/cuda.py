@@ -5,9 +5,10 @@ for ``runtime.device`` = auto, cuda or cuda:N before the CPU backend does. Under
 process takes the GPU of its ``LOCAL_RANK`` and touches no other: ``detect_hardware`` reads
 every GPU's properties (no CUDA context) but the free memory of this process's GPU only,
 after selecting it, so eight ranks make eight contexts, not sixty-four. The device contract
-(:class:`CudaDevice`): pinned non-blocking copies, the caching allocator's peak and pressure,
-``torch.OutOfMemoryError``, this GPU's RNG, NCCL for collectives, Inductor through Triton
-(which needs a C compiler and the Python headers besides the ``triton`` package).
+(:class:`CudaDevice`): pinned non-blocking copies, the caching allocator's peak and pressure
+and its model for the estimate (:mod:`.cuda_allocator`), ``torch.OutOfMemoryError``, this
+GPU's RNG, NCCL for collectives, Inductor through Triton (which needs a C compiler and the
+Python headers besides the ``triton`` package).
 
 Not yet run on a GPU: every line here is tested on the CPU with a fake ``torch.cuda``
 (tests/test_backends.py, tests/test_gpu_ready.py); ``benchmarks/gpu.py`` is the command that
@@ -27,8 +28,10 @@ from trm.device.compile import c_compiler, choose_compile, python_headers
 from trm.device.contract import DeviceBackend
 from trm.device.transfer import pinned_to_device
 from trm.errors import TrmError
-from trm.hardware import AcceleratorInfo, GpuInfo, HardwareProfile
+from trm.hardware import AcceleratorInfo, HardwareProfile
 from trm.measure.flops import matmul_bound
+from trm.memory import MemoryItem, StepMemory
+from trm.plugins.backends import cuda_allocator
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 
@@ -143,16 +146,18 @@ def enable_tf32(gpu: CudaGpu) -> bool:
     return True
 
 
-def gpu_info(gpu: CudaGpu, free_bytes: int | None = None) -> GpuInfo:
+def gpu_info(gpu: CudaGpu, free_bytes: int | None = None) -> AcceleratorInfo:
     """``gpu`` as the hardware profile records it (``free_bytes``: read only for this
-    process's GPU)."""
+    process's GPU); its generation is the compute capability, ``sm_80``."""
     major, minor = gpu.capability
-    return GpuInfo(
+    return AcceleratorInfo(
+        kind=CudaDevice.name,
         index=gpu.index,
         name=gpu.name,
+        generation=f"sm_{major}{minor}",
+        count=1,
         memory_total_bytes=gpu.memory_bytes,
         memory_free_bytes=free_bytes,
-        compute_capability=f"{major}.{minor}",
         bf16=gpu.native_bf16,
         fp16=gpu.fast_fp16,
         tf32=gpu.tf32,
@@ -171,17 +176,23 @@ class CudaDevice(DeviceBackend):
 
     name = "cuda"
     torch_type = "cuda"
-    has_device_memory = True
     pins_host_batches = True
 
-    @property
-    def process_groups(self) -> dict[str, str]:  # type: ignore[override]
+    def unavailable_reason(self) -> str | None:
+        return None if is_available() else UNAVAILABLE_REASON
+
+    def uses_device_memory(self) -> bool:
+        return True
+
+    def allocator_items(self, step: StepMemory) -> list[MemoryItem]:
+        """The context, cuBLAS, the caching allocator and NCCL (:mod:`.cuda_allocator`)."""
+        return cuda_allocator.allocator_items(step)
+
+    def process_group_backends(self) -> dict[str, str]:
         import torch.distributed as dist
 
-        return {"cuda": "nccl"} if dist.is_available() and dist.is_nccl_available() else {}
-
-    def is_available(self) -> str | None:
-        return None if is_available() else UNAVAILABLE_REASON
+        nccl = dist.is_available() and dist.is_nccl_available()
+        return {self.torch_type: "nccl"} if nccl else {}
 
     def prepare_process_group(self) -> None:
         """NCCL's watchdog aborts the whole process when a collective times out, before
@@ -190,18 +201,20 @@ class CudaDevice(DeviceBackend):
         one-line failure, exit 1, with its last good checkpoint. A user's own setting wins."""
         os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
 
-    def machine_devices(self, hardware: HardwareProfile) -> list[str]:
-        indices = [g.index for g in hardware.gpus or ()]
-        if not indices and hardware.cuda_devices:
-            indices = list(range(len(hardware.cuda_devices)))
-        return [f"cuda:{i}" for i in indices]
+    def gpus(self, hardware: HardwareProfile) -> list[AcceleratorInfo]:
+        """The GPUs of ``hardware``: its accelerators of this backend's kind."""
+        return [a for a in hardware.accelerators or () if a.kind == self.name]
 
-    def budget_bytes(self, hardware: HardwareProfile, device: str) -> int | None:
-        index = int(device.split(":")[1]) if ":" in device else 0
-        for gpu in hardware.gpus or ():
-            if gpu.index == index and gpu.memory_total_bytes:
-                return gpu.memory_total_bytes
-        return hardware.cuda_memory_bytes
+    def machine_devices(self, hardware: HardwareProfile) -> list[str]:
+        return [f"{self.torch_type}:{gpu.index}" for gpu in self.gpus(hardware)]
+
+    def budget_bytes(self, hardware: HardwareProfile, device: torch.device) -> int | None:
+        """The memory of GPU ``device.index`` (0 when none is given); of the first GPU whose
+        memory is known when the profile does not list that one."""
+        index = device.index or 0
+        known = [gpu for gpu in self.gpus(hardware) if gpu.memory_total_bytes]
+        mine = [gpu for gpu in known if gpu.index == index] or known
+        return mine[0].memory_total_bytes if mine else None
 
     def compile_unavailable_reason(self) -> str | None:
         if importlib.util.find_spec("triton") is None:
@@ -260,32 +273,18 @@ def device_backends() -> list[DeviceBackend]:
 
 @hookimpl
 def detect_hardware() -> HardwareProfile | None:
-    """Every visible GPU: name, memory, compute capability, bf16/fp16/TF32 support; the free
-    memory of this process's GPU only (selected first, so no other GPU gets a context)."""
+    """Every visible GPU as an ``accelerators`` record: name, memory, compute capability,
+    bf16/fp16/TF32 support; the free memory of this process's GPU only (selected first, so no
+    other GPU gets a context)."""
     if not is_available():
         return None
     local = local_device_index()
     torch.cuda.set_device(local)
     gpus = [cuda_gpu(i) for i in range(torch.cuda.device_count())]
-    infos = tuple(gpu_info(g, _free_bytes(g.index) if g.index == local else None) for g in gpus)
-    accelerators = tuple(
-        AcceleratorInfo(
-            kind="cuda",
-            index=g.index,
-            name=g.name,
-            generation=f"sm_{g.capability[0]}{g.capability[1]}",
-            count=1,
-            memory_total_bytes=g.memory_bytes,
-            memory_free_bytes=info.memory_free_bytes,
-            bf16=g.native_bf16,
-        )
-        for g, info in zip(gpus, infos, strict=True)
-    )
     return HardwareProfile(
-        cuda_devices=tuple(g.describe() for g in gpus),
-        cuda_memory_bytes=gpus[local].memory_bytes,
-        gpus=infos,
-        accelerators=accelerators,
+        accelerators=tuple(
+            gpu_info(g, _free_bytes(g.index) if g.index == local else None) for g in gpus
+        )
     )
 
 

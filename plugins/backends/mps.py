@@ -14,7 +14,7 @@ import torch
 from trm import hookimpl
 from trm.device.compile import choose_compile
 from trm.device.contract import DeviceBackend
-from trm.hardware import HardwareProfile
+from trm.hardware import AcceleratorInfo, HardwareProfile
 from trm.measure.flops import matmul_bound
 from trm.plugins.backends.launch_env import ensure_env
 from trm.runtime import RuntimeChoice
@@ -69,18 +69,21 @@ class MpsDevice(DeviceBackend):
 
     name = "mps"
     torch_type = "mps"
-    has_device_memory = True
 
-    def is_available(self) -> str | None:
+    def unavailable_reason(self) -> str | None:
         return None if is_available() else UNAVAILABLE_REASON
 
-    def machine_devices(self, hardware: HardwareProfile) -> list[str]:
-        return ["mps"] if hardware.mps_available else []
+    def uses_device_memory(self) -> bool:
+        return True
 
-    def budget_bytes(self, hardware: HardwareProfile, device: str) -> int | None:
+    def machine_devices(self, hardware: HardwareProfile) -> list[str]:
+        mine = any(a.kind == self.name for a in hardware.accelerators or ())
+        return [self.torch_type] if mine else []
+
+    def budget_bytes(self, hardware: HardwareProfile, device: torch.device) -> int | None:
         return hardware.memory_budget_bytes
 
-    def shares_host_memory(self, hardware: HardwareProfile, device: str) -> bool:
+    def shares_host_memory(self, hardware: HardwareProfile, device: torch.device) -> bool:
         return bool(hardware.unified_memory)
 
     def compile_unavailable_reason(self) -> str | None:
@@ -125,8 +128,11 @@ def device_backends() -> list[DeviceBackend]:
 
 
 @hookimpl
-def detect_hardware() -> HardwareProfile:
-    return HardwareProfile(mps_available=is_available())
+def detect_hardware() -> HardwareProfile | None:
+    """The Apple GPU as an ``accelerators`` record when Metal can use it."""
+    if not is_available():
+        return None
+    return HardwareProfile(accelerators=(AcceleratorInfo(kind=MPS.name, name="Apple GPU"),))
 
 
 @hookimpl

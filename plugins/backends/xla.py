@@ -205,12 +205,11 @@ class XlaBackend(DeviceBackend):
 
     # ---- planning -----------------------------------------------------------------------
 
-    @property
-    def has_device_memory(self) -> bool:  # type: ignore[override]
+    def uses_device_memory(self) -> bool:
         """A TPU's tensors live in its HBM; the CPU runtime's in host memory."""
         return self.devices is not None and self.devices.hardware != "CPU"
 
-    def is_available(self) -> str | None:
+    def unavailable_reason(self) -> str | None:
         return None if is_available() else UNAVAILABLE_REASON
 
     def start(self) -> XlaDevices:
@@ -241,7 +240,7 @@ class XlaBackend(DeviceBackend):
     def machine_devices(self, hardware: HardwareProfile) -> list[str]:
         return ["xla:0"] if self.devices is not None else []
 
-    def budget_bytes(self, hardware: HardwareProfile, device: str) -> int | None:
+    def budget_bytes(self, hardware: HardwareProfile, device: torch.device) -> int | None:
         """All local devices' memory (the batch is split over them); None on the CPU runtime,
         whose tensors are in host memory."""
         if self.devices is None or self.devices.memory_bytes is None:
@@ -303,7 +302,7 @@ class XlaBackend(DeviceBackend):
         return "RESOURCE_EXHAUSTED" in str(error)
 
     def memory_kind(self, error: BaseException) -> str:
-        return "XLA device (TPU HBM)" if self.has_device_memory else "XLA device (host)"
+        return "XLA device (TPU HBM)" if self.uses_device_memory() else "XLA device (host)"
 
     def used_fraction(self, device: torch.device) -> float | None:
         info = memory_info(device)

@@ -14,11 +14,11 @@ backward of the last micro-batch in a step after the first (optimizer states exi
     transient   the new carry rows, head and loss buffers (the float64 stable-max), the
                 gradient buffers of the first block backward reaches; the no-grad cycles'
                 working set where it is larger
-    backend     CPU: torch's runtime pages and glibc heap slack (a measured share of the
-                activations, larger for a step of several micro-batches); CUDA: context,
-                cuBLAS workspace, the caching allocator's rounding and holes, and under
-                torchrun NCCL's buffers and the flattened gradients (a stated model, not
-                yet measured on a GPU; no CPU/glibc allowance applies to a CUDA device)
+    allocator   tensors in host memory: torch's CPU runtime pages and glibc heap slack (a
+                measured share of the activations, larger for a step of several
+                micro-batches); tensors in a device's own memory: what that backend's
+                runtime and allocator add (``DeviceBackend.allocator_items``, given the
+                step's tensors as a ``StepMemory``; no CPU/glibc allowance applies there)
 
 Shapes: P positions (puzzle prefix + seq_len), D hidden, I_h / I_t the SwiGLU inner widths of
 the hidden MLP and of the MLP across positions (mlp_t). ``low`` is 2 bytes under bf16/fp16
@@ -44,7 +44,7 @@ from trm.data.reader import ReaderChoice, choose_reader, reader_buffer_bytes
 from trm.data.shape import DatasetShape
 from trm.device.distributed import env_world
 from trm.hardware import HardwareProfile, format_bytes
-from trm.memory import MemoryItem
+from trm.memory import MemoryItem, StepMemory
 from trm.model.layers import swiglu_inner_width
 from trm.model.trm import puzzle_prefix_len
 from trm.runtime import RuntimeChoice
@@ -125,32 +125,6 @@ MICRO_BATCHES_FOR_FULL_GROWTH = 4
 # frees (the same temporaries come at the start of a backward without it), so the estimate
 # with it never exceeds the one without.
 RECOMPUTE_BACKWARD_SHARE = {"mlp_t": 1.3, "attention": 1.6}
-# CUDA: the context (driver, kernels) lives outside PyTorch's allocator; cuBLAS keeps a
-# workspace per stream. None of the CUDA figures below has been measured on a GPU yet
-# (benchmarks/gpu.py compares the estimate with torch.cuda.max_memory_allocated); none of the
-# CPU/glibc allowances above applies to a CUDA device.
-CUDA_CONTEXT_BYTES = 500 * MIB
-CUBLAS_WORKSPACE_BYTES = 32 * MIB
-# The caching allocator's model (PyTorch's CUDACachingAllocator, as documented in its source):
-# every block is rounded up to CUDA_BLOCK_ROUND_BYTES; a tensor above CUDA_LARGE_ALLOC_BYTES
-# gets a segment of its own rounded up to CUDA_SEGMENT_ROUND_BYTES, which nothing else
-# shares; smaller ones are cut from shared 2 / 20 MiB segments. Freed blocks stay reserved and
-# are split for later requests, so the tensors that are freed and allocated again every
-# micro-batch (activations, step transients) leave holes: CUDA_FRAGMENTATION_FRACTION of them
-# (an assumed allowance, to be replaced by a measured one).
-CUDA_BLOCK_ROUND_BYTES = 512
-CUDA_LARGE_ALLOC_BYTES = 10 * MIB
-CUDA_SEGMENT_ROUND_BYTES = 2 * MIB
-CUDA_FRAGMENTATION_FRACTION = 0.10
-# NCCL (torchrun with CUDA): each communicator keeps, per channel and per ring neighbour (2),
-# one buffer per protocol: Simple (NCCL_BUFFSIZE, default 4 MiB), LL128 (about the same) and
-# LL (256 KiB). The channel count depends on the GPUs' links; NCCL_MAX_NCHANNELS caps it.
-# Assumed 16 channels (not measured); the flattened gradient all-reduce
-# (trm.device.distributed.all_reduce_sum_) also holds one copy of the gradients.
-NCCL_DEFAULT_BUFFSIZE_BYTES = 4 * MIB
-NCCL_LL_BYTES = 256 * 1024
-NCCL_ASSUMED_CHANNELS = 16
-NCCL_RING_NEIGHBOURS = 2
 
 
 @frozen
@@ -379,47 +353,6 @@ def heap_slack_fraction(arch: ArchSpec, precision: str, compiled: bool = False) 
     return HEAP_SLACK_FRACTION[key]
 
 
-def cuda_block_bytes(size_bytes: int) -> int:
-    """What the CUDA caching allocator reserves for one tensor of ``size_bytes``: the block
-    rounded up to ``CUDA_BLOCK_ROUND_BYTES``; above ``CUDA_LARGE_ALLOC_BYTES`` a segment of
-    its own, rounded up to ``CUDA_SEGMENT_ROUND_BYTES`` (see the constants)."""
-    unit = (
-        CUDA_SEGMENT_ROUND_BYTES if size_bytes > CUDA_LARGE_ALLOC_BYTES else CUDA_BLOCK_ROUND_BYTES
-    )
-    return -(-size_bytes // unit) * unit
-
-
-def cuda_rounding_bytes(
-    arch: ArchSpec, s: Sizes, precision: str, micro: int, compiled: bool, checkpointing: bool
-) -> int:
-    """Bytes the caching allocator's rounding adds to the kept activations of one
-    micro-batch of ``micro`` rows (every tensor of :func:`block_tensors`, once per layer and
-    grad-carrying call; one call's with activation checkpointing)."""
-    calls = 1 if checkpointing else arch.L_cycles + 1
-    sizes = [
-        b * micro for block in block_tensors(arch, s, precision, compiled).values() for b in block
-    ]
-    per_call = sum(cuda_block_bytes(b) - b for b in sizes)
-    return calls * arch.L_layers * per_call
-
-
-def nccl_buffer_bytes() -> tuple[int, str]:
-    """Device bytes one NCCL communicator keeps (see the constants), and the note saying
-    how they were counted; ``NCCL_BUFFSIZE`` and ``NCCL_MAX_NCHANNELS`` are read when set."""
-    text = os.environ.get("NCCL_BUFFSIZE", "").strip()
-    buffsize = int(text) if text.isdigit() else NCCL_DEFAULT_BUFFSIZE_BYTES
-    text = os.environ.get("NCCL_MAX_NCHANNELS", "").strip()
-    channels = min(int(text), NCCL_ASSUMED_CHANNELS) if text.isdigit() else NCCL_ASSUMED_CHANNELS
-    per_peer = 2 * buffsize + NCCL_LL_BYTES  # Simple + LL128 + LL
-    total = NCCL_RING_NEIGHBOURS * channels * per_peer
-    note = (
-        f"{channels} channels x {NCCL_RING_NEIGHBOURS} ring neighbours x (2 x "
-        f"{format_bytes(buffsize)} + {NCCL_LL_BYTES // 1024} KiB) per protocol "
-        "(an assumed channel count: not measured on a GPU yet)"
-    )
-    return total, note
-
-
 def small_tensor_share(
     arch: ArchSpec, s: Sizes, precision: str, micro: int, compiled: bool
 ) -> float:
@@ -492,6 +425,310 @@ def _dataset_bytes(
     return batch * (1 + ahead) + index + held, note
 
 
+@frozen
+class StepPlan:
+    """What one process's training step is, as the estimate counts it: the model's sizes, the
+    precision, this process's rows of the global batch and its micro-batch, and where the
+    tensors live (``on_device``: in memory of the device's own)."""
+
+    spec: RunSpec
+    runtime: RuntimeChoice
+    dataset: DatasetShape
+    sizes: Sizes
+    world: int
+    rows: int
+    micro: int
+    checkpointing: bool
+    on_device: bool
+
+    @property
+    def arch(self) -> ArchSpec:
+        return self.spec.arch
+
+    @property
+    def precision(self) -> str:
+        return self.runtime.precision
+
+    @property
+    def global_batch(self) -> int:
+        return self.spec.train.global_batch_size
+
+    @property
+    def location(self) -> str:
+        """Where the model's tensors are charged: "device" or "host"."""
+        return "device" if self.on_device else "host"
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches in one optimizer step of this process."""
+        return -(-self.rows // self.micro)
+
+    def carry_bytes(self, rows: int, state_bytes: int) -> int:
+        """Bytes of a carry of ``rows`` rows whose z_H and z_L take ``state_bytes`` bytes an
+        element, with its data (halted flag, steps, inputs and labels, puzzle identifier)."""
+        pd = self.sizes.positions * self.sizes.hidden
+        return rows * (2 * state_bytes * pd + 4 + 1 + self.dataset.seq_len * 2 * I64 + I64)
+
+
+def plan_step(
+    spec: RunSpec, runtime: RuntimeChoice, dataset: DatasetShape, world_size: int | None
+) -> StepPlan:
+    """The step this process runs: under torchrun (``world_size``, default from its
+    environment) only its rows of the global batch, in micro-batches at most that large."""
+    world = env_world().size if world_size is None else world_size
+    rows = max(1, spec.train.global_batch_size // max(1, world))
+    return StepPlan(
+        spec=spec,
+        runtime=runtime,
+        dataset=dataset,
+        sizes=model_sizes(spec.arch, dataset),
+        world=world,
+        rows=rows,
+        micro=min(spec.runtime.micro_batch_size or rows, rows),
+        checkpointing=spec.runtime.activation_checkpointing == "on",  # "auto": planned off
+        on_device=runtime.backend.uses_device_memory(),
+    )
+
+
+@frozen
+class StepTensors:
+    """Bytes of the tensors a step makes and frees again every micro-batch: ``kept`` what the
+    grad-carrying cycle keeps for backward, ``recomputed`` the call backward runs again with
+    checkpointing and ``recompute_backward`` its gradient temporaries, ``transient`` the new
+    carry rows, head, loss and first backward buffers, ``nograd`` the no-grad cycles' largest
+    working set."""
+
+    kept: int
+    recomputed: int
+    recompute_backward: int
+    transient: int
+    nograd: int
+
+    @property
+    def activations(self) -> int:
+        """What the heap-slack and allocator shares apply to."""
+        return self.kept + self.recomputed
+
+
+def step_tensors(step: StepPlan) -> StepTensors:
+    """The step's transient tensors (see :class:`StepTensors`)."""
+    arch, s, precision, micro = step.arch, step.sizes, step.precision, step.micro
+    compiled, checkpointing = step.runtime.compile, step.checkpointing
+    # The loop keeps every micro-batch's new carry rows until the step ends (then writes them
+    # back), so by the last micro-batch they cover all of this process's rows. z_H and z_L
+    # come back from the recursion in the autocast dtype.
+    new_carry = step.carry_bytes(step.rows, low_bytes(precision))
+    per_row = head_and_loss_bytes(s, precision) + backward_working_bytes(arch, s, precision)
+    return StepTensors(
+        kept=micro * kept_activation_bytes(arch, s, precision, checkpointing, compiled),
+        recomputed=micro * recompute_bytes(arch, s, precision, checkpointing, compiled),
+        recompute_backward=micro
+        * recompute_backward_bytes(arch, s, precision, checkpointing, compiled),
+        transient=new_carry + micro * per_row,
+        nograd=micro * nograd_working_bytes(arch, s, precision) if arch.H_cycles > 1 else 0,
+    )
+
+
+def _item(name: str, count: float, location: str, note: str) -> MemoryItem:
+    return MemoryItem(name=name, bytes=max(0, int(count)), location=location, note=note)
+
+
+def optimizer_states_per_param(optimizer: str) -> int:
+    """float32 states the optimizer keeps per parameter (Adam's two moments; sign-SGD none)."""
+    return 2 if optimizer in ("adam_atan2", "adamw") else 0
+
+
+def persistent_items(step: StepPlan) -> list[MemoryItem]:
+    """What lives through the whole step: weights, gradients, optimizer states, the EMA copy,
+    the puzzle table and its sparse buffers, autocast weight copies, the carry."""
+    s, train, where, precision = step.sizes, step.spec.train, step.location, step.precision
+    low = low_bytes(precision)
+    states = optimizer_states_per_param(train.optimizer)
+    items = [
+        _item(
+            "weights",
+            F32 * (s.params + s.buffers_persistent - s.puzzle_table + s.buffers_other),
+            where,
+            f"{s.params:,} float32 parameters and the network's buffers",
+        ),
+        _item("gradients", F32 * s.params, where, "one float32 gradient per parameter"),
+        _item(
+            "optimizer states",
+            states * F32 * s.params,
+            where,
+            f"{train.optimizer}: first and second moments per parameter",
+        ),
+        _item(
+            "EMA copy",
+            F32 * s.params if train.ema else 0,
+            where,
+            "shadow of every trainable float32 parameter (trm.model.ema: buffers such as the "
+            "puzzle-embedding table are not averaged)"
+            if train.ema
+            else "train.ema is off",
+        ),
+        _item(
+            "puzzle embedding table",
+            F32 * s.puzzle_table,
+            where,
+            f"{s.puzzle_table // max(s.puzzle_ndim, 1):,} identifiers x {s.puzzle_ndim} (a buffer)",
+        ),
+        _item(
+            "sparse optimizer buffers",
+            2 * F32 * (step.global_batch if s.puzzle_table else 0) * s.puzzle_ndim,
+            where,
+            "looked-up rows and their gradients for every micro-batch of the step (sign-SGD)",
+        ),
+    ]
+    if low != F32:
+        items.append(
+            _item(
+                "autocast weight copies",
+                low * (s.net_params + s.other_params),
+                where,
+                f"{precision} copies of the weights, made once per supervision step",
+            )
+        )
+    whose = f"all {step.global_batch} rows of the global batch"
+    if step.rows != step.global_batch:
+        whose = f"this process's {step.rows} rows of the global batch {step.global_batch}"
+    items.append(
+        _item(
+            "carry (z_H, z_L)",
+            step.carry_bytes(step.rows, F32),
+            where,
+            f"float32 z_H and z_L for {whose}, with their data",
+        )
+    )
+    return items
+
+
+def activation_items(step: StepPlan, tensors: StepTensors) -> list[MemoryItem]:
+    """The grad-carrying cycle's activations (and the recomputed call with checkpointing), the
+    step's transients and the no-grad cycles' peak where it is above the grad cycle's."""
+    arch, where, micro = step.arch, step.location, step.micro
+    how = (
+        "their inputs only: activation checkpointing" if step.checkpointing else "kept for backward"
+    )
+    items = [
+        _item(
+            "activations",
+            tensors.kept,
+            where,
+            f"{arch.L_cycles + 1} grad-carrying network calls x {arch.L_layers} layers, "
+            f"micro-batch {micro}, {step.precision} ({how})",
+        )
+    ]
+    if step.checkpointing:
+        items.append(
+            _item(
+                "recomputed call",
+                tensors.recomputed + tensors.recompute_backward,
+                where,
+                f"backward runs the checkpointed calls again one at a time: at its peak it "
+                f"holds one call's activations ({arch.L_layers} layers, micro-batch {micro}) "
+                f"and the gradient temporaries of its backward "
+                f"({format_bytes(tensors.recompute_backward)}, a measured share)",
+            )
+        )
+    items.append(
+        _item(
+            "step transients",
+            tensors.transient,
+            where,
+            "new carry rows of the whole step, head and loss buffers (float64 stable-max), "
+            "first backward gradients",
+        )
+    )
+    items.append(
+        _item(
+            "no-grad cycle peak",
+            tensors.nograd - tensors.activations - tensors.transient,
+            where,
+            f"{arch.H_cycles - 1} cycles without grad; counted only where above the grad cycle",
+        )
+    )
+    return items
+
+
+def host_items(
+    step: StepPlan, hardware: HardwareProfile, process_baseline_bytes: int | None
+) -> list[MemoryItem]:
+    """Host memory besides the model's tensors: the data reader, rank 0's checkpoint
+    snapshot under torchrun, and this process as it is before the run."""
+    s, train = step.sizes, step.spec.train
+    data_bytes, data_note = _dataset_bytes(
+        step.spec, step.dataset, hardware, step.rows, step.on_device
+    )
+    items = [_item("data-loader buffers", data_bytes, "host", data_note)]
+    if step.world > 1 and env_world().is_first:
+        states = optimizer_states_per_param(train.optimizer)
+        ema_params = s.params if train.ema else 0
+        items.append(
+            _item(
+                "checkpoint snapshot",
+                F32 * (s.params + s.buffers_persistent + ema_params + states * s.params)
+                + step.carry_bytes(step.global_batch, F32),
+                "host",
+                "rank 0's host copy of a checkpoint while a background thread writes it "
+                "(trm.loop.checkpoints): weights, puzzle table, EMA, optimizer states, the "
+                "global carry",
+            )
+        )
+    baseline = process_rss_bytes() if process_baseline_bytes is None else process_baseline_bytes
+    items.append(
+        _item(
+            "process baseline",
+            baseline,
+            "host",
+            "resident size of this process now: the interpreter, torch and the loaded plugins",
+        )
+    )
+    return items
+
+
+def device_step_memory(step: StepPlan, tensors: StepTensors) -> StepMemory:
+    """The step's device tensors as a backend's allocator model reads them."""
+    arch = step.arch
+    blocks = block_tensors(arch, step.sizes, step.precision, step.runtime.compile)
+    calls = 1 if step.checkpointing else arch.L_cycles + 1
+    return StepMemory(
+        activation_tensor_bytes=tuple(b * step.micro for block in blocks.values() for b in block),
+        activation_tensor_copies=calls * arch.L_layers,
+        reallocated_bytes=tensors.activations + tensors.transient,
+        gradient_bytes=F32 * step.sizes.params,
+        world_size=step.world,
+    )
+
+
+def host_allocator_items(step: StepPlan, tensors: StepTensors) -> list[MemoryItem]:
+    """Tensors in host memory: torch's CPU runtime and glibc's heap slack (measured
+    allowances, see the constants)."""
+    runtime = step.runtime
+    slack, small = heap_slack_share(
+        step.arch, step.sizes, step.precision, step.micro, step.rows, runtime
+    )
+    grows = f"; the heap grows over the step's {step.micro_batches} micro-batches"
+    return [
+        _item(
+            "CPU runtime",
+            CPU_RUNTIME_BYTES,
+            "host",
+            "kernel code pages, OpenMP and oneDNN state touched by the first step",
+        ),
+        _item(
+            "allocator fragmentation",
+            slack * tensors.activations,
+            "host",
+            f"glibc heap slack: {slack:.0%} of the activations ({small:.0%} of them in "
+            f"tensors under {MMAP_THRESHOLD_MAX // MIB} MiB, which stay on the heap"
+            + ("; host memory reused, so larger ones do too" if runtime.reuse_host_memory else "")
+            + (grows if step.micro_batches > 1 else "")
+            + "; measured allowances for this block type and precision on Linux/glibc)",
+        ),
+    ]
+
+
 def estimate_items(
     spec: RunSpec,
     hardware: HardwareProfile,
@@ -504,184 +741,27 @@ def estimate_items(
 
     Per process: under torchrun (``world_size``, default from its environment) a process
     holds only its rows of the global batch — its carry, its batch, its micro-batches — but
-    gathers every rank's puzzle-embedding lookups."""
-    arch, train = spec.arch, spec.train
-    s = model_sizes(arch, dataset)
-    precision = runtime.precision
-    low = low_bytes(precision)
-    global_batch = train.global_batch_size
-    world = env_world().size if world_size is None else world_size
-    rows = max(1, global_batch // max(1, world))
-    micro = min(spec.runtime.micro_batch_size or rows, rows)
-    checkpointing = spec.runtime.activation_checkpointing == "on"  # "auto" plans without it
-    on_device = runtime.backend.has_device_memory  # tensors apart from host memory
-    where = "device" if on_device else "host"
-    pd = s.positions * s.hidden
-
-    items: list[MemoryItem] = []
-
-    def add(name: str, count: int, note: str, location: str = where) -> None:
-        items.append(MemoryItem(name=name, bytes=max(0, int(count)), location=location, note=note))
-
-    add(
-        "weights",
-        F32 * (s.params + s.buffers_persistent - s.puzzle_table + s.buffers_other),
-        f"{s.params:,} float32 parameters and the network's buffers",
-    )
-    add("gradients", F32 * s.params, "one float32 gradient per parameter")
-    states = 2 if train.optimizer in ("adam_atan2", "adamw") else 0
-    add(
-        "optimizer states",
-        states * F32 * s.params,
-        f"{train.optimizer}: first and second moments per parameter",
-    )
-    if train.ema:
-        add(
-            "EMA copy",
-            F32 * s.params,
-            "shadow of every trainable float32 parameter (trm.model.ema: buffers such as the "
-            "puzzle-embedding table are not averaged)",
-        )
+    gathers every rank's puzzle-embedding lookups. On a device with memory of its own, the
+    backend adds what its allocator and runtime hold
+    (:meth:`~trm.device.contract.DeviceBackend.allocator_items`); in host memory, torch's
+    CPU runtime and glibc's heap slack are counted here."""
+    step = plan_step(spec, runtime, dataset, world_size)
+    tensors = step_tensors(step)
+    items = persistent_items(step) + activation_items(step, tensors)
+    items += host_items(step, hardware, process_baseline_bytes)
+    if step.on_device:
+        items += runtime.backend.allocator_items(device_step_memory(step, tensors))
     else:
-        add("EMA copy", 0, "train.ema is off")
-    sparse_rows = global_batch if s.puzzle_table else 0
-    add(
-        "puzzle embedding table",
-        F32 * s.puzzle_table,
-        f"{s.puzzle_table // max(s.puzzle_ndim, 1):,} identifiers x {s.puzzle_ndim} (a buffer)",
-    )
-    add(
-        "sparse optimizer buffers",
-        2 * F32 * sparse_rows * s.puzzle_ndim,
-        "looked-up rows and their gradients for every micro-batch of the step (sign-SGD)",
-    )
-    if low != F32:
-        add(
-            "autocast weight copies",
-            low * (s.net_params + s.other_params),
-            f"{precision} copies of the weights, made once per supervision step",
-        )
-    whose = f"all {global_batch} rows of the global batch"
-    if rows != global_batch:
-        whose = f"this process's {rows} rows of the global batch {global_batch}"
-    add(
-        "carry (z_H, z_L)",
-        rows * (2 * F32 * pd + 4 + 1 + dataset.seq_len * 2 * I64 + I64),
-        f"float32 z_H and z_L for {whose}, with their data",
-    )
-
-    kept = micro * kept_activation_bytes(arch, s, precision, checkpointing, runtime.compile)
-    recomputed = micro * recompute_bytes(arch, s, precision, checkpointing, runtime.compile)
-    activations = kept + recomputed  # what the heap-slack and allocator shares apply to
-    calls = arch.L_cycles + 1
-    how = "their inputs only: activation checkpointing" if checkpointing else "kept for backward"
-    add(
-        "activations",
-        kept,
-        f"{calls} grad-carrying network calls x {arch.L_layers} layers, micro-batch {micro}, "
-        f"{precision} ({how})",
-    )
-    if checkpointing:
-        backward = micro * recompute_backward_bytes(arch, s, precision, True, runtime.compile)
-        add(
-            "recomputed call",
-            recomputed + backward,
-            f"backward runs the checkpointed calls again one at a time: at its peak it holds "
-            f"one call's activations ({arch.L_layers} layers, micro-batch {micro}) and the "
-            f"gradient temporaries of its backward ({format_bytes(backward)}, a measured share)",
-        )
-    # The loop keeps every micro-batch's new carry rows until the step ends (then writes them
-    # back), so by the last micro-batch they cover all of this process's rows. z_H and z_L
-    # come back from the recursion in the autocast dtype.
-    new_carry = rows * (2 * low * pd + 4 + 1 + dataset.seq_len * 2 * I64 + I64)
-    step_transient = new_carry + micro * (
-        head_and_loss_bytes(s, precision) + backward_working_bytes(arch, s, precision)
-    )
-    nograd = micro * nograd_working_bytes(arch, s, precision) if arch.H_cycles > 1 else 0
-    add(
-        "step transients",
-        step_transient,
-        "new carry rows of the whole step, head and loss buffers (float64 stable-max), "
-        "first backward gradients",
-    )
-    add(
-        "no-grad cycle peak",
-        max(0, nograd - activations - step_transient),
-        f"{arch.H_cycles - 1} cycles without grad; counted only where above the grad cycle",
-    )
-    data_bytes, data_note = _dataset_bytes(spec, dataset, hardware, rows, on_device)
-    add("data-loader buffers", data_bytes, data_note, location="host")
-    if world > 1 and env_world().is_first:
-        ema_params = s.params if train.ema else 0
-        add(
-            "checkpoint snapshot",
-            F32 * (s.params + s.buffers_persistent + ema_params + states * s.params)
-            + global_batch * (2 * F32 * pd + 4 + 1 + dataset.seq_len * 2 * I64 + I64),
-            "rank 0's host copy of a checkpoint while a background thread writes it "
-            "(trm.loop.checkpoints): weights, puzzle table, EMA, optimizer states, the "
-            "global carry",
-            location="host",
-        )
-
-    # Backend overheads
-    baseline = process_baseline_bytes
-    if baseline is None:
-        baseline = process_rss_bytes()
-    add(
-        "process baseline",
-        baseline,
-        "resident size of this process now: the interpreter, torch and the loaded plugins",
-        location="host",
-    )
-    if on_device and runtime.backend.name == "cuda":
-        add(
-            "CUDA context",
-            CUDA_CONTEXT_BYTES,
-            "driver and kernel images, outside PyTorch's allocator (typical size, not measured)",
-        )
-        add("cuBLAS workspace", CUBLAS_WORKSPACE_BYTES, "matrix-product workspace per stream")
-        rounding = cuda_rounding_bytes(arch, s, precision, micro, runtime.compile, checkpointing)
-        add(
-            "allocator fragmentation",
-            rounding + CUDA_FRAGMENTATION_FRACTION * (activations + step_transient),
-            f"CUDA caching allocator: blocks rounded to {CUDA_BLOCK_ROUND_BYTES} bytes and "
-            f"tensors over {CUDA_LARGE_ALLOC_BYTES // MIB} MiB to "
-            f"{CUDA_SEGMENT_ROUND_BYTES // MIB} MiB segments ({format_bytes(rounding)}), and "
-            f"holes of {CUDA_FRAGMENTATION_FRACTION:.0%} of the tensors freed every "
-            "micro-batch (an assumed allowance: not measured on a GPU yet)",
-        )
-        if world > 1:
-            nccl, nccl_note = nccl_buffer_bytes()
-            add("NCCL buffers", nccl, nccl_note)
-            add(
-                "gradient all-reduce buffer",
-                F32 * s.params,
-                "the gradients flattened into one buffer for the all-reduce",
-            )
-    elif not on_device:
-        add(
-            "CPU runtime",
-            CPU_RUNTIME_BYTES,
-            "kernel code pages, OpenMP and oneDNN state touched by the first step",
-        )
-        slack, small = heap_slack_share(arch, s, precision, micro, rows, runtime)
-        micro_batches = -(-rows // micro)
-        grows = f"; the heap grows over the step's {micro_batches} micro-batches"
-        add(
-            "allocator fragmentation",
-            slack * activations,
-            f"glibc heap slack: {slack:.0%} of the activations ({small:.0%} of them in "
-            f"tensors under {MMAP_THRESHOLD_MAX // MIB} MiB, which stay on the heap"
-            + ("; host memory reused, so larger ones do too" if runtime.reuse_host_memory else "")
-            + (grows if micro_batches > 1 else "")
-            + "; measured allowances for this block type and precision on Linux/glibc)",
-        )
+        items += host_allocator_items(step, tensors)
     if runtime.compile:
-        add(
-            "compile workspace",
-            64 * MIB if on_device else 0,
-            "torch.compile: generated kernels and their buffers (activations are counted "
-            "as Inductor keeps them)",
+        items.append(
+            _item(
+                "compile workspace",
+                64 * MIB if step.on_device else 0,
+                step.location,
+                "torch.compile: generated kernels and their buffers (activations are counted "
+                "as Inductor keeps them)",
+            )
         )
     return items
 

@@ -209,8 +209,6 @@ def _math_libraries() -> dict[str, object]:
         info["torch_version"] = torch.__version__
         info["mkl_available"] = bool(torch.backends.mkl.is_available())
         info["onednn_available"] = bool(torch.backends.mkldnn.is_available())
-        if torch.version.cuda is None:  # a CPU-only build: it can see no CUDA GPU, a fact
-            info["cuda_devices"] = ()
         if sys.platform == "darwin":
             config = torch.__config__.show().lower()
             info["accelerate_available"] = "accelerate" in config or "veclib" in config

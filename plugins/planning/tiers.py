@@ -69,19 +69,17 @@ HALF_SPEED_MICRO_BATCH = {"host": 0.5, "device": 16.0}
 
 
 def native_bf16(hardware: HardwareProfile, estimate: MemoryEstimate) -> bool:
-    """Whether the device the run uses multiplies bf16 natively. On a GPU that is this
-    process's GPU: the one of ``LOCAL_RANK`` under torchrun (the cuda backend's choice),
-    else the first; a GPU whose bf16 support is unknown counts as not native."""
+    """Whether the device the run uses multiplies bf16 natively. On a device with memory of
+    its own that is this process's device: the accelerator whose index is ``LOCAL_RANK``
+    under torchrun (the one a backend gives each rank), else the first; one whose bf16
+    support is unknown counts as not native."""
     if estimate.device_budget_bytes is not None and not estimate.unified_memory:
         local_rank = env_world().local_rank
-        gpus = hardware.gpus or ()
-        if gpus:
-            mine = next((gpu for gpu in gpus if gpu.index == local_rank), None)
-            return bool(mine is not None and mine.bf16)
-        names = hardware.cuda_devices or ()
-        return local_rank < len(names) and "bf16" in names[local_rank]
+        accelerators = hardware.accelerators or ()
+        mine = next((a for a in accelerators if a.index == local_rank), None)
+        return bool(mine is not None and mine.bf16)
     if estimate.unified_memory:
-        return False  # MPS: bf16 autocast is not faster than fp32 on Apple GPUs
+        return False  # unified memory (Apple GPUs): bf16 autocast is not faster than fp32
     return bool(hardware.cpu_native_bf16)
 
 
