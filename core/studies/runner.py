@@ -110,7 +110,9 @@ def load_study(study_dir: Path) -> tuple[StudyResult, dict[str, float]]:
             warnings.simplefilter("always")
             evaluator = optuna.importance.PedAnovaImportanceEvaluator()
             ranked = optuna.importance.get_param_importances(study, evaluator=evaluator)
-        if not any("will be equal" in str(w.message) for w in caught):
+        values = [float(value) for value in ranked.values()]
+        told_apart = len(values) < 2 or max(values) - min(values) > 1e-9
+        if told_apart and not any("will be equal" in str(w.message) for w in caught):
             importances = {key: float(value) for key, value in ranked.items()}
     except (RuntimeError, ValueError):  # too few finished trials to tell
         pass
