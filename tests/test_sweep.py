@@ -224,3 +224,44 @@ def test_a_killed_sweep_resumes_the_cut_off_trial_bit_identical_and_reruns_no_fi
     ]
     assert cli(*command, "--out", whole).code == 0
     assert summary(second_trial)["final_weights_sha256"] == summary(whole)["final_weights_sha256"]
+
+
+def _trial_harness(tiny, tmp_path, monkeypatch, outcome):
+    """A real study (in tmp_path) whose trial's run is ``outcome(options)`` instead of training."""
+    from trm.studies import runner
+    from trm.studies.study_file import read_study_file
+
+    study_file = read_study_file(_study(tmp_path, tiny.spec))
+    study = runner.open_study(study_file, tmp_path, None)
+    monkeypatch.setattr(runner, "run_training", lambda options, log: outcome(options))
+    return runner, study_file, study
+
+
+def test_a_failing_trial_is_recorded_failed_with_its_line_and_the_study_goes_on(
+    tiny, tmp_path, monkeypatch
+):
+    def fail(options):
+        raise trm.TrainingFailed("loss is nan at step 3; the checkpoint of step 2 is intact")
+
+    runner, study_file, study = _trial_harness(tiny, tmp_path, monkeypatch, fail)
+    (tmp_path / "trials").mkdir()
+    runner._work(study, study_file, tmp_path, 1, (), lambda line: None)
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["FAIL"] * 4  # every point tried, none stopped it
+    assert trials[0].user_attrs["error"].startswith("loss is nan at step 3")
+
+
+def test_a_trial_stopped_by_a_signal_keeps_running_state_for_the_next_sweep(
+    tiny, tmp_path, monkeypatch
+):
+    from trm.api.run import Run, RunSummary
+
+    def interrupted(options):
+        document = {"stopped": "interrupted", "steps": 5, "samples": 40, "wall_s": 1.0}
+        return Run(path=options.out, summary=RunSummary.from_document(document))
+
+    runner, study_file, study = _trial_harness(tiny, tmp_path, monkeypatch, interrupted)
+    (tmp_path / "trials").mkdir()
+    with pytest.raises(runner.StudyStopped, match="trial 0 stopped with its checkpoint"):
+        runner._work(study, study_file, tmp_path, 1, (), lambda line: None)
+    assert [t.state.name for t in study.get_trials()][:2] == ["RUNNING", "WAITING"]
