@@ -16,7 +16,6 @@ SHA-256 is not the manifest's.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 from attrs import define, field
 
+from trm.checkpoint_file import file_sha256
 from trm.errors import TrmError
 from trm.spec import CONVERTER, structure_strict
 
@@ -142,15 +142,6 @@ def read_manifest(path: Path) -> Manifest:
     if not isinstance(data, dict):
         raise TrmError(f"manifest {path} holds {type(data).__name__}, not a JSON object")
     return structure_strict(data, Manifest, f"manifest {path}")
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of the file at ``path``, as hex."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def check_file(path: Path, manifest: Manifest, where: str) -> None:
