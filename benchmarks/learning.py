@@ -57,7 +57,7 @@ from trm.spec import RunSpec, apply_overrides, load_spec, resolve_spec_path
 
 Depth = tuple[int, int]
 
-# The comparison: baseline, each curriculum schedule, adaptive halting, and both.
+# The comparison: baseline, each curriculum schedule, adaptive halting, and both.
 # Each names the research plugins it keeps off, since a spec's [plugins.NAME] table would
 # switch that plugin on (sudoku9-laptop has [plugins.curriculum]).
 MATRIX = (
@@ -428,7 +428,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--set", action="append", default=[], help="K=V for every run")
     parser.add_argument("--label", default="", help="name of the one configuration")
     parser.add_argument("--config", action="append", default=[], help="LABEL|PLUGINS|K=V;K=V")
-    parser.add_argument("--matrix", action="store_true", help="the issue's five configurations")
+    parser.add_argument("--matrix", action="store_true", help="the five configurations of MATRIX")
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--budget-s", type=float, help="training seconds per run (fitted)")
     budget.add_argument("--steps", type=int, help="steps per run")

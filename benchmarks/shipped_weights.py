@@ -56,6 +56,7 @@ from attrs import define, field
 from tables import print_rows
 
 import trm
+from trm.checkpoint_file import load_weights_only
 from trm.errors import TrmError
 from trm.evaluation.held_out import kind_options, score_kind
 from trm.plugin_manager import load_plugins
@@ -240,7 +241,7 @@ def write_reduced(payload: dict[str, Any], path: Path) -> dict[str, Any]:
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     torch.save(payload, temporary)
     os.replace(temporary, path)
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return load_weights_only(path, "reduced checkpoint", "regenerate it")
 
 
 def ship(

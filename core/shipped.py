@@ -16,7 +16,6 @@ SHA-256 is not the manifest's.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 from attrs import define, field
 
+from trm.checkpoint_file import file_sha256
 from trm.errors import TrmError
 from trm.spec import CONVERTER, MAX_SEED, structure_strict
 
@@ -173,15 +173,6 @@ def check_kind_sources(manifest: Manifest, source: str) -> None:
                 f"source the model was trained on ({source!r}); it is damaged (reinstall trm "
                 "or regenerate it with benchmarks/shipped_weights.py)"
             )
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of the file at ``path``, as hex."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def check_file(path: Path, manifest: Manifest, where: str) -> None:

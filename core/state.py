@@ -75,8 +75,8 @@ class TrainState:
         """The device the model's weights are on."""
         return next(self.model.parameters()).device
 
-    def state_dict(self) -> dict[str, Any]:
-        """A weights-only-loadable payload.
+    def state_dict(self, fresh: bool = False) -> dict[str, Any]:
+        """A weights-only-loadable payload of host tensors.
 
         Holds the model, optimizers (their param groups carry the lr), EMA, the ACT carry,
         every RNG state (Python, NumPy, torch CPU and the accelerator's), the position
@@ -90,6 +90,11 @@ class TrainState:
         (``rank_parts`` set) the carry is every rank's rows concatenated in rank order — the
         global carry, as one process holds it — and ``ranks`` lists each rank's RNG states
         and micro-batch size.
+
+        With ``fresh`` every tensor is a host copy that later steps cannot change (a
+        background write's snapshot), made once, straight from where the tensor lives: see
+        :func:`tensors_to_host`. The carry's tensors are such copies either way
+        (``TRMCarry.state_dict``).
         """
         if self.snapshot is not None:
             return self.snapshot
@@ -114,7 +119,7 @@ class TrainState:
             "model": self.model.state_dict(),
             "optimizers": [opt.state_dict() for opt in self.optimizers],
             "ema": self.ema.state_dict() if self.ema is not None else None,
-            "carry": carry,
+            "carry": None,  # below: its tensors are fresh host copies already
             "step": self.step,
             "samples": self.samples,
             "total_steps": self.total_steps,
@@ -138,7 +143,9 @@ class TrainState:
             "device": str(self.device),
             **extra,
         }
-        return tensors_to_host(payload, self.backend)  # host tensors, whatever the device
+        payload = tensors_to_host(payload, self.backend, fresh)  # whatever the device
+        payload["carry"] = tensors_to_host(carry, self.backend)
+        return payload
 
     def load_state_dict(
         self, payload: dict[str, Any], where: str = "checkpoint", rng_said: bool = False
@@ -201,16 +208,32 @@ class TrainState:
         return notes
 
 
-def tensors_to_host(value: Any, backend: DeviceBackend) -> Any:
-    """``value`` (nested dicts, lists, tuples) with every tensor copied to the host by
-    ``backend.to_host``: a checkpoint holds host tensors whatever the device."""
+def tensors_to_host(value: Any, backend: DeviceBackend, fresh: bool = False) -> Any:
+    """``value`` (nested dicts, lists, tuples) with every tensor on the host, through
+    ``backend.to_host``: a checkpoint holds host tensors whatever the device.
+
+    ``backend.to_host`` copies a device's tensor and leaves a host tensor as it is; with
+    ``fresh`` a tensor it left sharing memory with the original is cloned, so each tensor
+    comes back as a new host tensor in exactly one copy.
+    """
     if isinstance(value, torch.Tensor):
-        return backend.to_host(value)
+        host = backend.to_host(value)
+        if fresh and _shares_memory(host, value):
+            host = host.clone()
+        return host
     if isinstance(value, dict):
-        return {k: tensors_to_host(v, backend) for k, v in value.items()}
+        return {k: tensors_to_host(v, backend, fresh) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(tensors_to_host(v, backend) for v in value)
+        return type(value)(tensors_to_host(v, backend, fresh) for v in value)
     return value
+
+
+def _shares_memory(host: torch.Tensor, original: torch.Tensor) -> bool:
+    """Whether ``host`` is (a view of) ``original``'s memory: both on the host, one storage."""
+    return (
+        host.device == original.device
+        and host.untyped_storage().data_ptr() == original.untyped_storage().data_ptr()
+    )
 
 
 def recursion_in_force(model: torch.nn.Module) -> dict[str, Any] | None:

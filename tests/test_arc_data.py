@@ -441,8 +441,8 @@ def test_filters_side_max_tasks_and_task_ids(tmp_path):
 
 @pytest.mark.slow
 def test_full_arc_agi_1_plan_reproduces_the_reference_counts():
-    """The issue's numbers for ARC-AGI-1 + ConceptARC at 1,000 augmentations, from the draws
-    alone (nothing written): identifiers, train examples and groups, test examples."""
+    """The reference build's counts for ARC-AGI-1 + ConceptARC at 1,000 augmentations, from
+    the draws alone (nothing written): identifiers, train examples and groups, test examples."""
     if not (CONCEPT_DIR / "arc-agi_concept_challenges.json").is_file():
         pytest.skip(f"ConceptARC files not found in {CONCEPT_DIR}")
     shape = SOURCE.dataset_shape(ArcBuildOptions(concept=str(CONCEPT_DIR)), 0)

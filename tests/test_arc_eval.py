@@ -515,7 +515,9 @@ def _scored_arc_plugins(monkeypatch) -> None:
         monkeypatch.setattr(
             module,
             "load_plugins",
-            lambda names, real=real, **kw: real(names, extra_modules=[("arc", plugin)], **kw),
+            lambda names, real=real, extra_modules=(), **kw: real(
+                names, extra_modules=[*extra_modules, ("arc", plugin)], **kw
+            ),
         )
 
 

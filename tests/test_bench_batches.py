@@ -1,8 +1,8 @@
 """``trm bench`` on a device with a memory budget of its own trains what ``trm run`` would
 (the planned micro-batch), times the plain fp32 loop at a batch that fits, and turns an
 out-of-memory error into one line. The device here is a CPU backend that claims a small
-device budget; on the first H200 run the whole global batch of 768 ran the plain loop out of
-139 GiB."""
+device budget (on an H200 the whole global batch of 768 runs the plain loop out of its
+139 GiB)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""Checkpoints at ARC scale under torchrun (issue 25, item 8), counted with fakes.
+"""Checkpoints at ARC scale under torchrun, counted with fakes.
 
 - rank 0 writes in the background: ``save`` returns once the checkpoint is on the host, while
   the write (serialize, fsync, hash) goes on; the next checkpoint waits for it first, and what
   is written is the state of the checkpoint's step, not a later one;
-- the carry goes to the host in one copy per tensor, never cloned on its device first;
+- the carry goes to the host in one copy per tensor, never cloned on its device first, and
+  so does every other tensor of a background checkpoint;
 - a checkpoint file loads memory-mapped, so the ranks of a node share the page cache and each
   copies only what it keeps.
 """
@@ -18,6 +19,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from trm.device.contract import DeviceBackend
 from trm.loop.checkpoints import Checkpointer, CheckpointSchedule
 from trm.metrics_log import Journal, MetricsLog
 from trm.model.trm import TRMCarry
@@ -33,11 +35,13 @@ class BlockingSaver:
         self.release = threading.Event()
         self.started = threading.Event()
         self.written: list[tuple[int, torch.Tensor, str]] = []
+        self.payloads: list[dict] = []
 
     def save_checkpoint(self, state: TrainState, run_dir: Path, reason: str) -> Path:
         self.started.set()
         assert self.release.wait(timeout=30), "the test never released the write"
         payload = state.state_dict()
+        self.payloads.append(payload)
         self.written.append(
             (state.step, payload["model"]["weight"], threading.current_thread().name)
         )
@@ -149,6 +153,54 @@ def test_the_carry_goes_to_the_host_in_one_copy_never_cloned_on_its_device():
     copies = [(name, device) for name, device in log.ops if name != "detach"]  # detach: a view
     assert copies == [("_to_copy", "cpu")] * len(saved)  # no clone anywhere
     assert saved["z_H"].data_ptr() != carry.z_H.data_ptr()  # a copy: later steps cannot change it
+
+
+class DeviceLikeBackend(DeviceBackend):
+    """Copies every tensor to the host in ``to_host``, as a device with memory of its own
+    does (the host's backend hands a host tensor back as it is)."""
+
+    name = "device-like"
+
+    def to_host(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.detach().to("cpu", copy=True)
+
+
+COPY_OPS = ("_to_copy", "clone", "copy_")
+
+
+def _tensors(value) -> int:
+    if isinstance(value, torch.Tensor):
+        return 1
+    if isinstance(value, dict):
+        return sum(_tensors(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensors(v) for v in value)
+    return 0
+
+
+@pytest.mark.parametrize("backend", [None, DeviceLikeBackend()], ids=["host", "device"])
+def test_a_background_checkpoint_copies_each_tensor_to_the_host_once(tmp_path, backend):
+    saver, lines = BlockingSaver(), []
+    saving = checkpointer(tmp_path, saver, lines)
+    state = tiny_state(tmp_path)
+    state.optimizers = [torch.optim.Adam(state.model.parameters())]
+    state.model.weight.sum().backward()
+    state.optimizers[0].step()  # the optimizer now holds state tensors too
+    if backend is not None:
+        state.backend = backend
+    state.step = 1
+    saved_weight = state.model.weight.detach().clone()
+    with saving.journal.metrics:
+        with CopyLog() as log:
+            saving.save(state, "interval")
+        with torch.no_grad():  # training goes on while the write waits
+            state.model.weight.fill_(5.0)
+        saver.release.set()
+        saving.flush(state)
+    copies = [name for name, device in log.ops if name in COPY_OPS and device == "cpu"]
+    assert state.checkpoint_step == 1
+    assert len(copies) == _tensors(saver.payloads[0]) > 3  # weight, Adam's step and moments, RNG
+    assert torch.equal(saver.written[0][1], saved_weight)  # a copy, not the live weights
 
 
 def test_a_checkpoint_file_loads_memory_mapped(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """The memory estimate and the tiers on CUDA, with fake GPUs: the caching allocator's model,
 NCCL's buffers under torchrun, an EMA of the trainable parameters only, micro-batches that
-divide this process's rows, and the bf16 check of this rank's GPU (issue 25, item 7)."""
+divide this process's rows, and the bf16 check of this rank's GPU."""
 
 from __future__ import annotations
 

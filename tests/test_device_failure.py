@@ -1,4 +1,4 @@
-"""A device that fails mid-run (issue 25, item 12), end to end through ``trm run``.
+"""A device that fails mid-run, end to end through ``trm run``.
 
 The faults plugin makes the device fail as CUDA does (``torch.AcceleratorError``: an illegal
 memory access) at step 5 of the tiny run: the run must stop with the checkpoint of step 4,

@@ -1,4 +1,4 @@
-"""The memory reader (issue 25, item 10): batches gathered and pinned ahead on a background
+"""The memory reader: batches gathered and pinned ahead on a background
 thread, and the split held once per node (the page cache of its memory-mapped files), not
 once per torchrun rank."""
 

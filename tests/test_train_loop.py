@@ -83,7 +83,9 @@ def test_on_train_end_runs_when_the_loop_raises(data, tmp_path, cli, monkeypatch
     monkeypatch.setattr(
         run_cmd,
         "load_plugins",
-        lambda names, **kw: real(names, extra_modules=[("buggy", plugin)], **kw),
+        lambda names, extra_modules=(), **kw: real(
+            names, extra_modules=[*extra_modules, ("buggy", plugin)], **kw
+        ),
     )
     result = cli("run", write_spec(tmp_path, data), "--out", tmp_path / "run")
     assert result.code == 1

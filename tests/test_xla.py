@@ -1,5 +1,7 @@
 """The xla backend on PyTorch/XLA's CPU device (``PJRT_DEVICE=CPU``), end to end through
-``trm run``: what issue 24 asks the backend to show, measured with PyTorch/XLA's own counters.
+``trm run``: the step compiled once, the device read at most once per metrics row, a loss
+curve that follows the CPU backend's, SPMD over two devices and an exact resume; compiles and
+reads counted by PyTorch/XLA's own counters.
 
 These need ``torch_xla`` (the XLA venv that ``.ci/run`` builds: ``pytest -m xla
 tests/test_xla.py``); elsewhere they are reported skipped with the reason. Runs share this

@@ -13,7 +13,6 @@ staging folder and renamed into place at the end.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -25,6 +24,7 @@ from typing import Any
 import torch
 from attrs import define, field, frozen
 
+from trm.checkpoint_file import file_sha256
 from trm.data.puzzle_dataset import open_split, read_identifiers
 from trm.data.shape import DatasetShape, read_shape
 from trm.errors import TrmError
@@ -271,14 +271,6 @@ def choose_source(
             "give the dataset's own source"
         )
     return given
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def import_reference(

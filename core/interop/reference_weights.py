@@ -25,8 +25,6 @@ rows of ``num_heads x head_dim`` each, so no tensor is reshaped, only renamed.
 
 from __future__ import annotations
 
-import pickle
-import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from trm.checkpoint_file import load_weights_only
 from trm.errors import TrmError
 
 COMPILED_PREFIX = "_orig_mod."
@@ -79,41 +78,9 @@ def _listed(problems: list[str]) -> str:
 
 
 def load_torch_file(path: Path, what: str) -> Any:
-    """``torch.load(path, weights_only=True)`` on the CPU; TrmError (naming ``what`` and the
-    file) for a file that is not a PyTorch file, is damaged, or carries pickled code — such
-    a file is refused, never run."""
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(4)
-    except OSError as exc:
-        raise TrmError(f"{what} {path} cannot be read ({exc.strerror or exc})") from None
-    if not head:
-        raise TrmError(f"{what} {path} is empty (0 bytes); give the step_N file the run saved")
-    if not (head.startswith(b"PK\x03\x04") or head.startswith(b"\x80")):
-        raise TrmError(
-            f"{what} {path} is not a PyTorch file (it starts with {head!r}); give the step_N "
-            "file the run saved"
-        )
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        detail = next((line for line in lines if "GLOBAL" in line or "global" in line), None)
-        if detail is None:
-            raise TrmError(
-                f"{what} {path} cannot be read: not a valid PyTorch file; truncated or corrupt"
-            ) from None
-        raise TrmError(
-            f"{what} {path} was refused: it carries pickled code or objects that are not plain "
-            f"weights ({detail.rstrip('.')}); trm loads weights only"
-        ) from None
-    except Exception as exc:  # a damaged stream fails in many ways; it never runs code
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        kind = "a zip archive of something else" if isinstance(exc, zipfile.BadZipFile) else ""
-        raise TrmError(
-            f"{what} {path} cannot be read ({kind or first}); truncated, corrupt or not a "
-            "PyTorch checkpoint"
-        ) from None
+    """What the reference's file ``path`` holds, loaded on the CPU with the refusals of
+    :func:`trm.checkpoint_file.load_weights_only`, ``what`` naming it in messages."""
+    return load_weights_only(path, what, "give the step_N file the run saved")
 
 
 def as_state_dict(value: Any, path: Path) -> dict[str, Tensor]:

@@ -105,18 +105,6 @@ class CheckpointSchedule:
         )
 
 
-def host_copy(value: Any) -> Any:
-    """``value`` (a checkpoint payload: tensors in dicts, lists and tuples) with every tensor
-    copied once, straight into host memory: a snapshot that later steps cannot change."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().to("cpu", copy=True)
-    if isinstance(value, dict):
-        return {key: host_copy(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(host_copy(item) for item in value)
-    return value
-
-
 @define
 class PendingWrite:
     """Rank 0's checkpoint being written in the background (on the other ranks only its step
@@ -137,11 +125,12 @@ class Checkpointer:
     rank counts failures and checkpoint steps alike.
 
     ``background`` (the default under data parallelism): rank 0 copies the checkpoint to host
-    memory (``host_copy``: the weights, optimizer states, EMA, every rank's carry rows) and
-    every rank trains on at once, while a thread serializes, fsyncs, hashes and rotates. The
-    next checkpoint first waits for that write and shares its outcome (:meth:`settle`); an
-    "end" or "stop" checkpoint is waited for at once, and :meth:`flush` waits for a write the
-    run's end left pending. A failed background write is counted when it is settled.
+    memory, each tensor once (``TrainState.state_dict(fresh=True)``: the weights, optimizer
+    states, EMA, every rank's carry rows), and every rank trains on at once, while a thread
+    serializes, fsyncs, hashes and rotates. The next checkpoint first waits for that write and
+    shares its outcome (:meth:`settle`); an "end" or "stop" checkpoint is waited for at once,
+    and :meth:`flush` waits for a write the run's end left pending. A failed background write
+    is counted when it is settled.
     ``state.checkpoint_step`` is the step of the newest checkpoint written (settled) or
     resumed from.
     """
@@ -246,12 +235,9 @@ class Checkpointer:
         """Rank 0: snapshot the checkpoint to host memory, write it on a thread."""
         state.rank_parts = parts
         try:
-            payload = state.state_dict()
+            payload = state.state_dict(fresh=True)  # each tensor copied to the host once
         finally:
             state.rank_parts = None
-        carry = payload.pop("carry")  # already a fresh host copy (TRMCarry.state_dict)
-        payload = host_copy(payload)
-        payload["carry"] = carry
         frozen = attrs.evolve(state, last_eval=dict(state.last_eval), snapshot=payload)
         pending = PendingWrite(state.step, reason)
 

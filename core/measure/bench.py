@@ -12,9 +12,10 @@ It reports, measured in the same process:
 - the GEMM peak at the run's precision (:mod:`trm.measure.peak`, best window, measured before and
   after the loops, the higher kept) and MFU = achieved / peak;
 - plain: a plain PyTorch loop of the same model in eager fp32 (no compile, no autocast, the
-  reference implementation's formulation; :func:`time_plain_loop`), its samples/s and the
-  speed-up of trm over it. It is timed before the trm loop, so it runs with the C library's
-  default allocator settings (the trm loop may switch on :mod:`trm.device.host_memory` reuse).
+  reference implementation's formulation, trm's own optimizer step with nothing around it;
+  :func:`time_plain_loop`), its samples/s and the speed-up of trm over it. It is timed
+  before the trm loop, so it runs with the C library's default allocator settings (the trm
+  loop may switch on :mod:`trm.device.host_memory` reuse).
 
 On a GPU both loops run at batches that fit its memory (:func:`choose_batches`).
 """
@@ -40,6 +41,7 @@ from trm.errors import TrmError
 from trm.hardware import HardwareProfile
 from trm.hookspecs import hookimpl
 from trm.loop import Trainer
+from trm.loop.step import StepSetup, attempt_step
 from trm.measure.flops import model_flops
 from trm.measure.peak import GemmPeak, measure_gemm_peak
 from trm.memory import DEFAULT_MODE
@@ -48,6 +50,7 @@ from trm.plan.pipeline import plan_run
 from trm.plugin_manager import load_plugins
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
+from trm.state import TrainState
 
 # Plugins a bench switches off: the live display and checkpoint writes are not the loop's
 # speed (an interval checkpoint could land inside a timed step).
@@ -319,15 +322,17 @@ def time_plain_loop(
 
     What a person would write from the paper and the reference code: the reference's
     token-major formulation of the network (``position_major=False``), no autocast, no
-    compile; per step: gather the batch, zero the gradients, one supervision step, the ACT
-    loss, backward, the learning rate, the optimizer steps, EMA. Same data, seed,
-    optimizers and threads as the trm loop; no plugins, metrics or checkpoints.
+    compile, no data reader, plugins, metrics log or checkpoints. Each step is trm's own
+    optimizer step (:func:`trm.loop.step.attempt_step`: zero the gradients, one supervision
+    step, the ACT loss, backward, the learning rate, the optimizer steps, EMA, one host read)
+    over a batch gathered in the timed step. Same data, seed, optimizers and threads as the
+    trm loop.
     """
     import torch
 
     from trm.data.puzzle_dataset import open_split
     from trm.data.sampler import SplitIndex, TrainSampler
-    from trm.model import EMA, ACTLoss, TinyRecursiveModel, build_optimizers, lr_at_step
+    from trm.model import EMA, TinyRecursiveModel, build_optimizers
 
     train = spec.train
     torch.manual_seed(train.seed)
@@ -335,32 +340,26 @@ def time_plain_loop(
     sampler = TrainSampler(index, train.global_batch_size, train.seed)
     shape = read_shape(data_dir, spec.data.train_split)
     placement = attrs.evolve(runtime.placement(), dtype=None)  # fp32, no autocast
-    target = placement.device
     model = TinyRecursiveModel(spec.arch, **shape.model_kwargs(), position_major=False)
-    model = model.to(target).train()
-    optimizers = build_optimizers(model, train)
-    ema = EMA(model, train.ema_rate) if train.ema else None
-    carry = model.initial_carry(placement.to_device(index.gather(sampler.examples_for_step(0))))
+    model = model.to(placement.device).train()
     total = warmup + steps
+    state = TrainState(
+        spec=spec,
+        model=model,
+        optimizers=build_optimizers(model, train),
+        ema=EMA(model, train.ema_rate) if train.ema else None,
+        carry=model.initial_carry(placement.to_device(index.gather(sampler.examples_for_step(0)))),
+        run_dir=data_dir,  # never written: the plain loop saves nothing
+        total_steps=total,
+        micro_batch_size=train.global_batch_size,
+        backend=runtime.backend,
+    )
+    setup = StepSetup(placement, spec.arch.loss, train.global_batch_size)
     seconds: list[float] = []
     for step in range(total):
         started = time.perf_counter()
-        batch = placement.to_device(index.gather(sampler.examples_for_step(step)))
-        for opt in optimizers:
-            opt.zero_grad(set_to_none=True)
-        carry, outputs = model(carry, batch)
-        loss, _ = ACTLoss.compute(
-            outputs, carry.current_data["labels"], carry.halted, spec.arch.loss, carry.steps
-        )
-        (loss / train.global_batch_size).backward()
-        for opt in optimizers:
-            for group in opt.param_groups:
-                group["lr"] = lr_at_step(step + 1, train, total, group["base_lr"])
-            opt.step()
-        if ema is not None:
-            ema.update(model)
-        placement.mark_step()
-        float(loss.detach())  # waits for the device
+        attempt_step(state, index.gather(sampler.examples_for_step(step)), setup)
+        state.step += 1
         seconds.append(time.perf_counter() - started)
     return LoopTiming(
         batch_size=train.global_batch_size,

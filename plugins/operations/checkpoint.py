@@ -21,14 +21,11 @@ warning.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import pickle
 import re
 import sys
 import tempfile
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -36,6 +33,7 @@ from typing import IO, Any
 import torch
 
 from trm import hookimpl
+from trm.checkpoint_file import file_sha256, first_line, load_weights_only
 from trm.errors import TrmError
 from trm.state import TrainState
 
@@ -44,18 +42,12 @@ ACTIVATION = "default"
 NAME_PATTERN = re.compile(r"^step-(\d{8})\.pt$")
 CHECKPOINT_DIR = "checkpoints"
 BEST_FILE = "best.json"
+# What to give instead of a file that is refused.
+_GIVE = "give a step-*.pt file of a run's checkpoints/ folder, or the run directory"
 
 
 def checkpoint_dir(run_dir: Path) -> Path:
     return run_dir / CHECKPOINT_DIR
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -151,115 +143,29 @@ def save_checkpoint(state: TrainState, run_dir: Path, reason: str) -> Path:
     return path
 
 
-# How a file starts: a PyTorch zip archive, or the legacy format's pickle protocol opcode.
-_ZIP_MAGIC = b"PK\x03\x04"
-_PICKLE_MAGIC = b"\x80"
-_GIVE = "give a step-*.pt file of a run's checkpoints/ folder, or the run directory"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0].strip() if text else type(exc).__name__
-
-
-def _not_a_checkpoint(path: Path) -> str | None:
-    """Why ``path`` is plainly not a PyTorch file (empty, text, JSON, another zip), or None."""
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(4096)
-    except OSError as exc:
-        return f"cannot be read: {exc.strerror or _first_line(exc)}"
-    if not head:
-        return "is empty (0 bytes), so it holds no checkpoint"
-    if head.startswith(_ZIP_MAGIC):
-        try:
-            with zipfile.ZipFile(path) as archive:
-                names = archive.namelist()
-        except (zipfile.BadZipFile, OSError, ValueError):
-            return None  # a damaged PyTorch archive: torch.load says what is wrong
-        if not any(name.endswith("/data.pkl") for name in names):
-            return "is a zip archive but not a PyTorch checkpoint (no data.pkl inside)"
-        return None
-    if head.startswith(_PICKLE_MAGIC):
-        return None
-    stripped = head.lstrip()
-    if stripped[:1] in (b"{", b"["):
-        kind = "a JSON or text file"
-    else:
-        try:
-            head.decode("utf-8")
-            kind = "a text file"
-        except UnicodeDecodeError as exc:
-            # a cut multi-byte character at the end of the sample is still text
-            kind = "a text file" if exc.start >= len(head) - 3 else "binary data of another kind"
-    return f"is not a PyTorch checkpoint file: it is {kind}"
-
-
-def _is_zip_archive(path: Path) -> bool:
-    """Whether ``path`` is in torch's zip format, the one ``torch.load(mmap=True)`` maps."""
-    try:
-        with path.open("rb") as handle:
-            return handle.read(4) == _ZIP_MAGIC
-    except OSError:
-        return False
-
-
-def _refusal(path: Path, exc: pickle.UnpicklingError) -> str:
-    """The message for torch's weights-only refusal: pickled code, or a damaged stream."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    code = next((line for line in lines if "GLOBAL" in line or "global" in line), None)
-    if code is None and any("operand" in line for line in lines):
-        operand = next(line for line in lines if "operand" in line)
-        return (
-            f"checkpoint {path} cannot be read: it is not a valid PyTorch file "
-            f"({operand.rstrip('.')}); truncated or corrupt"
-        )
-    detail = code or (lines[-1] if lines else type(exc).__name__)
-    return (
-        f"checkpoint {path} was refused: it carries pickled code or objects that are not "
-        f"plain weights ({detail.rstrip('.')})"
-    )
-
-
 def read_checkpoint(path: Path, map_location: str = "cpu") -> dict[str, Any]:
     """Load one checkpoint file safely; TrmError says why a file is refused.
 
-    A file that is empty, text, JSON or a zip archive of something else is named for what it
-    is; a PyTorch file carrying pickled code is refused; a truncated or corrupt one "cannot be
-    read". The payload gets ``loaded_from`` (the path, as text) for messages.
+    A file whose ``.sha256`` record differs is refused; the rest are the refusals of
+    :func:`trm.checkpoint_file.load_weights_only` (memory-mapped), and a PyTorch file that
+    is not a trm checkpoint. The payload gets ``loaded_from`` (the path, as text) for
+    messages.
     """
-    if path.is_dir():
-        raise TrmError(f"checkpoint {path} is a folder, not a checkpoint file; {_GIVE}")
     sha_file = path.with_name(path.name + ".sha256")
-    if sha_file.exists():
+    if sha_file.exists() and not path.is_dir():
         try:
             text = sha_file.read_text(encoding="utf-8", errors="replace").strip()
             recorded = text.split()[0] if text else ""
             actual = file_sha256(path)
         except OSError as exc:
             raise TrmError(
-                f"checkpoint {path} cannot be read: {exc.strerror or _first_line(exc)}"
+                f"checkpoint {path} cannot be read: {exc.strerror or first_line(exc)}"
             ) from exc
         if recorded != actual:
             raise TrmError(
                 f"checkpoint {path} does not match its recorded SHA-256 (truncated or corrupt)"
             )
-    reason = _not_a_checkpoint(path)
-    if reason is not None:
-        raise TrmError(f"checkpoint {path} {reason}; {_GIVE}")
-    try:
-        payload = torch.load(
-            path, map_location=map_location, weights_only=True, mmap=_is_zip_archive(path)
-        )
-    except pickle.UnpicklingError as exc:
-        raise TrmError(_refusal(path, exc)) from exc
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise TrmError(f"checkpoint {path} cannot be read: {_first_line(exc)}") from exc
-    except Exception as exc:  # a damaged stream can fail in any way; it never runs code
-        raise TrmError(
-            f"checkpoint {path} cannot be read: not a valid PyTorch file "
-            f"({type(exc).__name__}: {_first_line(exc)}); truncated or corrupt"
-        ) from exc
+    payload = load_weights_only(path, "checkpoint", _GIVE, map_location, memory_map=True)
     if not isinstance(payload, dict) or "model" not in payload or "spec" not in payload:
         what = (
             f"a dict without {' or '.join(k for k in ('model', 'spec') if k not in payload)}"

@@ -1,4 +1,5 @@
-"""The newcomer's third pass (issue 28): each problem it found, as a test.
+"""Bad input across the commands (data build, run, eval, solve, report, the loggers, the
+contrib tables, torchrun), and ends that must stay quiet.
 
 Bad input is one ``trm: error:`` line, exit 2, no traceback, nothing written or changed
 (the cases that must leave a folder or run untouched compare it before and after); a closed
@@ -43,7 +44,7 @@ def snapshot(folder: Path) -> dict[str, bytes | None]:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> SimpleNamespace:
     """A tiny 4x4 Sudoku run of 2 steps."""
-    base = tmp_path_factory.mktemp("third_pass")
+    base = tmp_path_factory.mktemp("bad_input")
     data = build_tiny_data(base / "data")
     spec = write_spec(base, data, max_steps=2)
     run_dir = base / "run"
@@ -51,7 +52,7 @@ def tiny(tmp_path_factory) -> SimpleNamespace:
     return SimpleNamespace(base=base, data=data, spec=spec, run=run_dir)
 
 
-# ------------------------------------------------------------------ 1. data build's help
+# ------------------------------------------------------------------ data build's help
 
 
 def test_data_build_help_without_a_source_prints_help_and_the_sources(cli):
@@ -74,7 +75,7 @@ def test_data_build_without_a_source_is_one_line(cli, tmp_path):
     assert not (tmp_path / "d").exists()
 
 
-# ------------------------------------------------------------------ 2. the maze's size
+# ------------------------------------------------------------------ the maze's size
 
 
 def test_a_maze_larger_than_the_bound_is_refused_by_data_build(cli, tmp_path):
@@ -93,7 +94,7 @@ def test_a_maze_larger_than_the_bound_is_refused_by_run_before_any_folder(cli, t
     assert not (tmp_path / "runs").exists()
 
 
-# ------------------------------------------------------------------ 3, 4. ARC task files
+# ------------------------------------------------------------------ ARC task files
 
 
 def test_a_grid_cell_true_is_refused_like_1_0():
@@ -150,7 +151,7 @@ def test_solve_with_a_deeply_nested_task_file_is_one_line(arc_run, cli, tmp_path
     assert snapshot(tmp_path) == before
 
 
-# ------------------------------------------------------------------ 5. a refused run
+# ------------------------------------------------------------------ a refused run
 
 
 @pytest.mark.parametrize(
@@ -177,7 +178,7 @@ def test_a_refused_run_leaves_an_existing_folder_as_it_was(cli, tmp_path):
     assert snapshot(out) == before
 
 
-# ------------------------------------------------------------------ 6, 7, 10. eval --submission
+# ------------------------------------------------------------------ eval --submission
 
 
 def test_a_submission_into_an_unwritable_folder_is_refused_before_evaluating(
@@ -254,7 +255,7 @@ def test_solve_says_when_its_picture_replaces_a_file(arc_run, arc_data, cli, tmp
     assert (tmp_path / f"{task_id}.png").read_bytes() != b"mine"
 
 
-# ------------------------------------------------------------------ 8. a closed pipe
+# ------------------------------------------------------------------ a closed pipe
 
 
 def _closed_pipe(*args: str) -> subprocess.CompletedProcess:
@@ -283,7 +284,7 @@ def test_a_closed_pipe_ends_report_json_quietly(tiny, tmp_path):
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
 
 
-# ------------------------------------------------------------------ 9, 10. trm report
+# ------------------------------------------------------------------ trm report
 
 
 def test_report_on_metrics_that_are_a_folder_is_one_line(cli, tmp_path):
@@ -329,7 +330,7 @@ def test_report_replaces_its_own_report_and_says_so(tiny, cli, tmp_path):
     assert f"replacing the report in {out}" in again.err
 
 
-# ------------------------------------------------------------------ 11, 12, 18. loggers
+# ------------------------------------------------------------------ loggers
 
 
 def test_tensorboard_that_cannot_write_warns_once_and_the_run_goes_on(tiny, cli, tmp_path):
@@ -367,7 +368,7 @@ def test_a_bogus_wandb_mode_is_one_warning_line(tiny, cli, tmp_path, monkeypatch
     assert not (run / "wandb").exists()
 
 
-# ------------------------------------------------------------------ 13, 18. the contrib tables
+# ------------------------------------------------------------------ the contrib tables
 
 
 @pytest.mark.parametrize(
@@ -388,7 +389,7 @@ def test_a_bad_stages_value_says_what_was_expected_in_the_users_words(cli, value
     assert "trm.contrib" not in line and "unknown error" not in line and "tuple[" not in line
 
 
-# ------------------------------------------------------------------ 16, 17. eval and solve
+# ------------------------------------------------------------------ eval and solve
 
 
 def test_eval_shows_loss_and_halt_steps_as_numbers_not_percentages(tiny, cli):
@@ -413,7 +414,7 @@ def test_solve_with_a_binary_file_gets_no_sudoku_advice(tiny, cli, tmp_path):
     assert "'.'" not in error_lines(result.err)[0]
 
 
-# ------------------------------------------------------------------ friction 1
+# ------------------------------------------------------------------ a spec's plugin tables
 
 
 def test_a_specs_plugin_table_switches_the_plugin_on_and_no_name_keeps_it_off(tmp_path):
@@ -439,7 +440,7 @@ def test_the_laptop_recipe_runs_with_its_curriculum_without_a_flag(cli, tmp_path
     assert "curriculum stage 1 of 3" in result.err
 
 
-# ------------------------------------------------------------------ 14, 15. under torchrun
+# ------------------------------------------------------------------ under torchrun
 
 
 def _torchrun_script(tmp_path: Path, script: str) -> subprocess.CompletedProcess:
