@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tests.conftest import assert_one_line_error
 from tests.tiny_run import build_tiny_data, metrics, summary, write_spec
 from trm.contrib.curriculum import CurriculumOptions, Stage
+from trm.hookspecs import hookimpl
 from trm.plan.budget import (
     BUDGET_RECORD,
     MIN_PLANNED_STEPS,
@@ -24,6 +25,7 @@ from trm.plan.budget import (
     steps_for_budget,
 )
 from trm.plugin_manager import load_plugins
+from trm.recursion import RecursionShare
 from trm.spec import load_spec
 
 # seconds per step at the curriculum's depths for a final depth (2, 3): (1, 1), (1, 2), (2, 3)
@@ -285,3 +287,32 @@ def test_a_run_started_without_a_plan_keeps_its_schedule_on_resume(
     assert "started without a time-budget plan; its schedule is kept" in result.err
     assert timer.calls == []
     assert summary(out)["steps"] == load_spec(spec_path).train.max_steps == 12
+
+
+class LengthDependentSchedule:
+    """A scheduling plugin whose depths depend on the run's length: a run of fewer than 1,000
+    steps spends its first half at (1, 1), a longer one trains at (2, 2) throughout."""
+
+    @hookimpl
+    def recursion_schedule(self, spec, total_steps):
+        if total_steps >= 1000:
+            return [RecursionShare(1.0, 2, 2)]
+        return [RecursionShare(0.5, 1, 1), RecursionShare(0.5, 2, 2)]
+
+
+def test_a_depth_only_shorter_runs_train_at_is_timed_too(tmp_path, data_dir):
+    from trm.plan import plan_run
+    from trm.plan.budget import plan_steps
+
+    spec = load_spec(write_spec(tmp_path / "spec", data_dir, time_budget_s=100))
+    pm = load_plugins([], extra_modules=[("by-length", LengthDependentSchedule())])
+    plan = plan_run(pm, spec, None, tmp_path / "run")
+    timer, lines = FakeTimer({(1, 1): 0.1, (2, 2): 0.4}), []
+    adapted, budget = plan_steps(pm, plan, tmp_path / "run", "never", None, timer, lines.append)
+    assert [depths for depths, _ in timer.calls] == [[(2, 2)], [(1, 1)]]
+    assert budget is not None and budget.steps == 400  # 0.5 × 400 × 0.1 + 0.5 × 400 × 0.4
+    assert adapted.spec.train.max_steps == 400
+    assert [(s.H_cycles, s.L_cycles, s.step_s) for s in budget.stages] == [
+        (1, 1, 0.1),
+        (2, 2, 0.4),
+    ]
