@@ -189,6 +189,32 @@ def test_two_devices_with_spmd_give_one_devices_weights(tiny):
     assert max(worst.values()) <= SPMD_WEIGHT_TOLERANCE, f"largest differences: {worst}"
 
 
+def test_on_two_devices_the_plan_chooses_a_micro_batch_they_divide(tiny):
+    """The tiers' micro-batch is left to the plan (``runtime.micro_batch_size = 0``), as the
+    quickstart leaves it: every size the plan tries, and the one it keeps, divides by the two
+    devices (the backend's ``replicas()``), so the run trains instead of being refused by the
+    backend's own check."""
+    base, spec = tiny
+    auto = base / "auto-micro"
+    auto.mkdir()
+    text = spec.read_text().replace("micro_batch_size = 4", "micro_batch_size = 0")
+    assert "micro_batch_size = 0" in text
+    (auto / "tiny.toml").write_text(text)
+    log = base / "auto-micro.log"
+    run_dir = base / "auto-micro-run"
+    args = ["run", str(auto / "tiny.toml"), "--out", str(run_dir), "--max-steps", "2"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trm", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+        env=_quiet_env(PJRT_DEVICE="CPU", CPU_NUM_DEVICES="2"),
+    )
+    assert process.wait(timeout=600) == 0, log.read_text()[-3000:]
+    rows = [row for row in metrics(run_dir) if "kind" not in row]
+    assert [row["step"] for row in rows] == [1, 2]
+    assert all(row["micro_batch_size"] % 2 == 0 for row in rows), rows
+
+
 def test_killed_and_resumed_on_xla_ends_bit_identical(tiny):
     from trm.cli.main import main
 

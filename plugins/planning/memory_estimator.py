@@ -504,7 +504,10 @@ def estimate_items(
 
     Per process: under torchrun (``world_size``, default from its environment) a process
     holds only its rows of the global batch — its carry, its batch, its micro-batches — but
-    gathers every rank's puzzle-embedding lookups."""
+    gathers every rank's puzzle-embedding lookups. A backend that splits the process's rows
+    over several devices (``runtime.backend.replicas()``: XLA's SPMD) keeps a copy of the
+    weights, their gradients, optimizer states and EMA, and the puzzle table, on each: those
+    are counted once per device, the rows' tensors once (each device holds its share)."""
     arch, train = spec.arch, spec.train
     s = model_sizes(arch, dataset)
     precision = runtime.precision
@@ -523,20 +526,26 @@ def estimate_items(
     def add(name: str, count: int, note: str, location: str = where) -> None:
         items.append(MemoryItem(name=name, bytes=max(0, int(count)), location=location, note=note))
 
-    add(
+    replicas = max(1, runtime.backend.replicas())
+    each = f" (on each of the {replicas} devices)" if replicas > 1 else ""
+
+    def add_replicated(name: str, count: int, note: str) -> None:
+        add(name, replicas * count, note + each)
+
+    add_replicated(
         "weights",
         F32 * (s.params + s.buffers_persistent - s.puzzle_table + s.buffers_other),
         f"{s.params:,} float32 parameters and the network's buffers",
     )
-    add("gradients", F32 * s.params, "one float32 gradient per parameter")
+    add_replicated("gradients", F32 * s.params, "one float32 gradient per parameter")
     states = 2 if train.optimizer in ("adam_atan2", "adamw") else 0
-    add(
+    add_replicated(
         "optimizer states",
         states * F32 * s.params,
         f"{train.optimizer}: first and second moments per parameter",
     )
     if train.ema:
-        add(
+        add_replicated(
             "EMA copy",
             F32 * s.params,
             "shadow of every trainable float32 parameter (trm.model.ema: buffers such as the "
@@ -545,7 +554,7 @@ def estimate_items(
     else:
         add("EMA copy", 0, "train.ema is off")
     sparse_rows = global_batch if s.puzzle_table else 0
-    add(
+    add_replicated(
         "puzzle embedding table",
         F32 * s.puzzle_table,
         f"{s.puzzle_table // max(s.puzzle_ndim, 1):,} identifiers x {s.puzzle_ndim} (a buffer)",
@@ -556,7 +565,7 @@ def estimate_items(
         "looked-up rows and their gradients for every micro-batch of the step (sign-SGD)",
     )
     if low != F32:
-        add(
+        add_replicated(
             "autocast weight copies",
             low * (s.net_params + s.other_params),
             f"{precision} copies of the weights, made once per supervision step",
