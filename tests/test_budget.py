@@ -316,3 +316,24 @@ def test_a_depth_only_shorter_runs_train_at_is_timed_too(tmp_path, data_dir):
         (1, 1, 0.1),
         (2, 2, 0.4),
     ]
+
+
+def test_the_laptop_recipes_quoted_plan_is_what_its_quoted_times_give():
+    """The plan line sudoku9-laptop's comment quotes gives a step count its own step times
+    (shown to 2 decimals, as trm prints them) can give, at the staged curriculum's shares
+    0.3/0.3/0.4; and that count is the spec's fallback ``max_steps``."""
+    import re
+
+    from trm.spec import resolve_spec_path
+
+    path = resolve_spec_path("sudoku9-laptop")
+    text = " ".join(line.lstrip("# ") for line in path.read_text().splitlines())
+    found = re.search(r"steps: ([\d,]+) planned for 30 min from measured ([\d./]+) s per", text)
+    assert found, "the spec quotes its plan line"
+    steps = int(found.group(1).replace(",", ""))
+    times = [float(t) for t in found.group(2).split("/")]
+    shares = (0.3, 0.3, 0.4)
+    fastest = sum(f * (t - 0.005) for f, t in zip(shares, times, strict=True))
+    slowest = sum(f * (t + 0.005) for f, t in zip(shares, times, strict=True))
+    assert 1800 / slowest <= steps <= 1800 / fastest
+    assert load_spec(path).train.max_steps == steps
