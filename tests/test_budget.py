@@ -337,3 +337,51 @@ def test_the_laptop_recipes_quoted_plan_is_what_its_quoted_times_give():
     slowest = sum(f * (t + 0.005) for f, t in zip(shares, times, strict=True))
     assert 1800 / slowest <= steps <= 1800 / fastest
     assert load_spec(path).train.max_steps == steps
+
+
+def test_the_real_timer_leaves_every_random_generator_as_it_found_it(tmp_path, data_dir):
+    import random
+
+    import numpy as np
+    import torch
+
+    from trm.measure.stage_speed import time_depths
+    from trm.plan import plan_run
+
+    spec = load_spec(write_spec(tmp_path / "spec", data_dir))
+    plan = plan_run(load_plugins([]), spec, None, tmp_path / "run")
+    random.seed(11)
+    np.random.seed(12)
+    torch.manual_seed(13)
+    before = (random.random(), np.random.rand(), torch.rand(1).item())
+    random.seed(11)
+    np.random.seed(12)
+    torch.manual_seed(13)
+    time_depths(plan, [(1, 1)], [], [], lambda _line: None)
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == before
+
+
+class RealTimerFixedPlan:
+    """The real timer (the loop trains, drawing from every generator), answering 1 s a step
+    at each depth, so a budget of N seconds plans exactly N steps whatever this machine's
+    speed."""
+
+    def __call__(self, plan, depths, plugins_off, requested_plugins=(), log=print):
+        from trm.measure.stage_speed import time_depths
+
+        time_depths(plan, depths, plugins_off, requested_plugins, lambda _line: None)
+        return dict.fromkeys(depths, 1.0)
+
+
+def test_a_budgeted_run_is_bit_identical_to_the_same_steps_given(cli, monkeypatch, tmp_path):
+    data = build_tiny_data(tmp_path / "data")
+    spec = write_spec(tmp_path / "spec", data, time_budget_s=12, checkpoint_interval_steps=0)
+    monkeypatch.setattr("trm.api.training.time_depths", RealTimerFixedPlan())
+    budgeted, given = tmp_path / "budgeted", tmp_path / "given"
+    result = cli("run", spec, "--out", budgeted)
+    assert result.code == 0, result.err
+    assert "steps: 12 planned" in result.err
+    result = cli("run", spec, "--out", given, "--set", "train.max_steps=12")
+    assert result.code == 0, result.err
+    assert summary(budgeted)["steps"] == summary(given)["steps"] == 12
+    assert summary(budgeted)["final_weights_sha256"] == summary(given)["final_weights_sha256"]

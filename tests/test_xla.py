@@ -180,6 +180,25 @@ def test_on_xla_a_step_and_an_evaluation_each_read_the_device_once(tmp_path, mon
     assert set(reads.values()) == {1}, f"device-to-host transfers since the last hook: {reads}"
 
 
+def test_on_xla_a_budgeted_run_is_bit_identical_to_the_same_steps_given(tmp_path, monkeypatch):
+    """The budget's timing trains on the device first (drawing from its generator); the run
+    it plans must still draw what a run given the same steps does: the device generator is
+    seeded with the run, and the timing restores every generator it drew from."""
+    from tests.test_budget import RealTimerFixedPlan
+    from trm.cli.main import main
+
+    start_xla_runtime()
+    data = build_tiny_data(tmp_path / "data")
+    spec = write_spec(tmp_path, data, time_budget_s=10, checkpoint_interval_steps=0)
+    spec.write_text(spec.read_text().replace('device = "cpu"', 'device = "xla"'))
+    monkeypatch.setattr("trm.api.training.time_depths", RealTimerFixedPlan())
+    budgeted, given = tmp_path / "budgeted", tmp_path / "given"
+    assert main(["run", str(spec), "--out", str(budgeted)]) == 0
+    assert main(["run", str(spec), "--out", str(given), "--set", "train.max_steps=10"]) == 0
+    assert summary(budgeted)["steps"] == summary(given)["steps"] == 10
+    assert summary(budgeted)["final_weights_sha256"] == summary(given)["final_weights_sha256"]
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The tiny spec (puzzle embeddings, EMA, micro-batches of 4 of a global batch of 8) on
