@@ -18,9 +18,9 @@ The device contract (:class:`XlaBackend`): ``to_device`` copies and shards; auto
 bf16; on the CPU as asked, else fp32); ``mark_step`` is ``torch_xla.sync()``, which cuts the
 step's lazy graph and runs it; memory figures come from the runtime (a TPU's HBM; the CPU
 runtime says nothing, so they are None there); out of memory is XLA's ``RESOURCE_EXHAUSTED``;
-the RNG state is the device seed, seeded with the run (``seed``); there is no torch.compile (XLA compiles each traced step
-whole, once per distinct graph); checkpoints are written from host copies. Multi-host pod
-slices are not supported (see docs/tpu.md).
+the RNG state is the device seed, seeded with the run (``seed``); there is no torch.compile
+(XLA compiles each traced step whole, once per distinct graph); checkpoints are written from
+host copies. Multi-host pod slices are not supported (see docs/tpu.md).
 """
 
 from __future__ import annotations
