@@ -199,6 +199,45 @@ def test_on_xla_a_budgeted_run_is_bit_identical_to_the_same_steps_given(tmp_path
     assert summary(budgeted)["final_weights_sha256"] == summary(given)["final_weights_sha256"]
 
 
+def test_out_of_memory_at_the_step_boundary_on_xla_stops_the_run_without_a_retry(
+    tmp_path, monkeypatch, capsys
+):
+    """XLA runs a step's graph at the step boundary (``torch_xla.sync()``), after the carry was
+    written and the update traced: a RESOURCE_EXHAUSTED there cannot be undone, so the run
+    stops with one line and the last good checkpoint, and never retries the step (which would
+    advance the optimizers' step counts twice)."""
+    from trm.cli.main import main
+    from trm.plugins.backends.xla import XlaBackend
+
+    start_xla_runtime()
+    spec = write_spec(tmp_path, build_tiny_data(tmp_path / "data"), eval_interval=1000)
+    spec.write_text(spec.read_text().replace('device = "cpu"', 'device = "xla"'))
+    real_mark_step = XlaBackend.mark_step
+    boundaries: list[int] = []
+
+    def failing_third_boundary(self, device):
+        boundaries.append(1)
+        if len(boundaries) == 3:
+            raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 123456 bytes.")
+        real_mark_step(self, device)
+
+    monkeypatch.setattr(XlaBackend, "mark_step", failing_third_boundary)
+    run_dir = tmp_path / "run"
+    capsys.readouterr()
+    code = main(["run", str(spec), "--out", str(run_dir), "--plugins", "memory-guard"])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("trm: error:")]
+    assert len(errors) == 1 and "step 3: out of memory" in errors[0], err[-2000:]
+    assert "cannot be retried" in errors[0] and "step 2" in errors[0]
+    assert "retrying" not in err
+    assert len(boundaries) == 3  # the step was not taken again
+    assert summary(run_dir)["stopped"] == "failed" and summary(run_dir)["checkpoint_step"] == 2
+    events = [row for row in metrics(run_dir) if row.get("kind") == "event"]
+    assert not any(row.get("event") == "out_of_memory" for row in events)
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """The tiny spec (puzzle embeddings, EMA, micro-batches of 4 of a global batch of 8) on
