@@ -67,12 +67,16 @@ class MemoryEstimate:
     ``host_budget_bytes`` is the usable host memory (after the OS reserve);
     ``device_budget_bytes`` the accelerator's memory, None without one. On a machine with
     unified memory (Apple silicon) device items also count against the host budget.
+    ``replicas``: the devices one process splits its rows of a batch over (the backend's
+    ``replicas()``: every local device under XLA's SPMD, else 1), so a micro-batch must divide
+    by it.
     """
 
     items: tuple[MemoryItem, ...]
     host_budget_bytes: int | None = None
     device_budget_bytes: int | None = None
     unified_memory: bool = False
+    replicas: int = 1
     remake: Callable[[RunSpec], MemoryEstimate] | None = field(default=None, eq=False, repr=False)
 
     def total_bytes(self, location: str) -> int:
@@ -122,6 +126,7 @@ def collect_estimate(
     device_budget_bytes: int | None = None,
     unified_memory: bool = False,
     remake: Callable[[RunSpec], MemoryEstimate] | None = None,
+    replicas: int = 1,
 ) -> MemoryEstimate:
     """Flatten the per-plugin item lists returned by ``estimate_memory``.
 
@@ -138,5 +143,6 @@ def collect_estimate(
         host_budget_bytes=host_budget_bytes,
         device_budget_bytes=device_budget_bytes,
         unified_memory=unified_memory,
+        replicas=replicas,
         remake=remake,
     )

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tests.conftest import assert_one_line_error
 from tests.tiny_run import build_tiny_data, metrics, summary, write_spec
 from trm.contrib.curriculum import CurriculumOptions, Stage
+from trm.hookspecs import hookimpl
 from trm.plan.budget import (
     BUDGET_RECORD,
     MIN_PLANNED_STEPS,
@@ -24,6 +25,7 @@ from trm.plan.budget import (
     steps_for_budget,
 )
 from trm.plugin_manager import load_plugins
+from trm.recursion import RecursionShare
 from trm.spec import load_spec
 
 # seconds per step at the curriculum's depths for a final depth (2, 3): (1, 1), (1, 2), (2, 3)
@@ -285,3 +287,101 @@ def test_a_run_started_without_a_plan_keeps_its_schedule_on_resume(
     assert "started without a time-budget plan; its schedule is kept" in result.err
     assert timer.calls == []
     assert summary(out)["steps"] == load_spec(spec_path).train.max_steps == 12
+
+
+class LengthDependentSchedule:
+    """A scheduling plugin whose depths depend on the run's length: a run of fewer than 1,000
+    steps spends its first half at (1, 1), a longer one trains at (2, 2) throughout."""
+
+    @hookimpl
+    def recursion_schedule(self, spec, total_steps):
+        if total_steps >= 1000:
+            return [RecursionShare(1.0, 2, 2)]
+        return [RecursionShare(0.5, 1, 1), RecursionShare(0.5, 2, 2)]
+
+
+def test_a_depth_only_shorter_runs_train_at_is_timed_too(tmp_path, data_dir):
+    from trm.plan import plan_run
+    from trm.plan.budget import plan_steps
+
+    spec = load_spec(write_spec(tmp_path / "spec", data_dir, time_budget_s=100))
+    pm = load_plugins([], extra_modules=[("by-length", LengthDependentSchedule())])
+    plan = plan_run(pm, spec, None, tmp_path / "run")
+    timer, lines = FakeTimer({(1, 1): 0.1, (2, 2): 0.4}), []
+    adapted, budget = plan_steps(pm, plan, tmp_path / "run", "never", None, timer, lines.append)
+    assert [depths for depths, _ in timer.calls] == [[(2, 2)], [(1, 1)]]
+    assert budget is not None and budget.steps == 400  # 0.5 × 400 × 0.1 + 0.5 × 400 × 0.4
+    assert adapted.spec.train.max_steps == 400
+    assert [(s.H_cycles, s.L_cycles, s.step_s) for s in budget.stages] == [
+        (1, 1, 0.1),
+        (2, 2, 0.4),
+    ]
+
+
+def test_the_laptop_recipes_quoted_plan_is_what_its_quoted_times_give():
+    """The plan line sudoku9-laptop's comment quotes gives a step count its own step times
+    (shown to 2 decimals, as trm prints them) can give, at the staged curriculum's shares
+    0.3/0.3/0.4; and that count is the spec's fallback ``max_steps``."""
+    import re
+
+    from trm.spec import resolve_spec_path
+
+    path = resolve_spec_path("sudoku9-laptop")
+    text = " ".join(line.lstrip("# ") for line in path.read_text().splitlines())
+    found = re.search(r"steps: ([\d,]+) planned for 30 min from measured ([\d./]+) s per", text)
+    assert found, "the spec quotes its plan line"
+    steps = int(found.group(1).replace(",", ""))
+    times = [float(t) for t in found.group(2).split("/")]
+    shares = (0.3, 0.3, 0.4)
+    fastest = sum(f * (t - 0.005) for f, t in zip(shares, times, strict=True))
+    slowest = sum(f * (t + 0.005) for f, t in zip(shares, times, strict=True))
+    assert 1800 / slowest <= steps <= 1800 / fastest
+    assert load_spec(path).train.max_steps == steps
+
+
+def test_the_real_timer_leaves_every_random_generator_as_it_found_it(tmp_path, data_dir):
+    import random
+
+    import numpy as np
+    import torch
+
+    from trm.measure.stage_speed import time_depths
+    from trm.plan import plan_run
+
+    spec = load_spec(write_spec(tmp_path / "spec", data_dir))
+    plan = plan_run(load_plugins([]), spec, None, tmp_path / "run")
+    random.seed(11)
+    np.random.seed(12)
+    torch.manual_seed(13)
+    before = (random.random(), np.random.rand(), torch.rand(1).item())
+    random.seed(11)
+    np.random.seed(12)
+    torch.manual_seed(13)
+    time_depths(plan, [(1, 1)], [], [], lambda _line: None)
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == before
+
+
+class RealTimerFixedPlan:
+    """The real timer (the loop trains, drawing from every generator), answering 1 s a step
+    at each depth, so a budget of N seconds plans exactly N steps whatever this machine's
+    speed."""
+
+    def __call__(self, plan, depths, plugins_off, requested_plugins=(), log=print):
+        from trm.measure.stage_speed import time_depths
+
+        time_depths(plan, depths, plugins_off, requested_plugins, lambda _line: None)
+        return dict.fromkeys(depths, 1.0)
+
+
+def test_a_budgeted_run_is_bit_identical_to_the_same_steps_given(cli, monkeypatch, tmp_path):
+    data = build_tiny_data(tmp_path / "data")
+    spec = write_spec(tmp_path / "spec", data, time_budget_s=12, checkpoint_interval_steps=0)
+    monkeypatch.setattr("trm.api.training.time_depths", RealTimerFixedPlan())
+    budgeted, given = tmp_path / "budgeted", tmp_path / "given"
+    result = cli("run", spec, "--out", budgeted)
+    assert result.code == 0, result.err
+    assert "steps: 12 planned" in result.err
+    result = cli("run", spec, "--out", given, "--set", "train.max_steps=12")
+    assert result.code == 0, result.err
+    assert summary(budgeted)["steps"] == summary(given)["steps"] == 12
+    assert summary(budgeted)["final_weights_sha256"] == summary(given)["final_weights_sha256"]

@@ -20,6 +20,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trm.device.contract import DeviceBackend
+from trm.errors import TrainingFailed
 from trm.loop.checkpoints import Checkpointer, CheckpointSchedule
 from trm.metrics_log import Journal, MetricsLog
 from trm.model.trm import TRMCarry
@@ -123,6 +124,31 @@ def test_a_failed_background_write_is_counted_when_settled(tmp_path):
         saving.flush(state)
     assert saving.failures == 1 and state.checkpoint_step is None
     assert any("checkpoint at step 1 failed" in line for line in lines)
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_a_write_failing_with_any_error_counts_as_a_failure_and_is_said(tmp_path, background):
+    def failing(state: TrainState, run_dir: Path, reason: str) -> Path:
+        raise RuntimeError("cannot pickle '_thread.lock' object")
+
+    lines: list[str] = []
+    pm = SimpleNamespace(hook=SimpleNamespace(save_checkpoint=failing))
+    journal = Journal(MetricsLog(None), lines.append)
+    saving = Checkpointer(pm, tmp_path, CheckpointSchedule(1), journal, background=background)
+    state = tiny_state(tmp_path)
+    with journal.metrics:
+        for step in (1, 2):
+            state.step = step
+            saving.save(state, "interval")
+        saving.settle(state)
+        assert saving.failures == 2 and state.checkpoint_step is None
+        state.step = 3
+        with pytest.raises(TrainingFailed, match="3 checkpoint saves in a row failed"):
+            saving.save(state, "interval")
+            saving.settle(state)
+    said = [line for line in lines if "checkpoint at step 1 failed" in line]
+    assert said and "RuntimeError: cannot pickle" in said[0]
+    assert not any("no plugin saves" in line for line in lines)
 
 
 class CopyLog(TorchDispatchMode):

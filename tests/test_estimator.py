@@ -14,6 +14,7 @@ import torch
 
 from trm import hookimpl
 from trm.data.shape import DatasetShape
+from trm.device.contract import DeviceBackend
 from trm.hardware import HardwareProfile
 from trm.memory import MemoryItem
 from trm.model.trm import TinyRecursiveModel
@@ -153,6 +154,33 @@ def test_weights_item_counts_the_real_parameters():
     by_name = {item.name: item.bytes for item in items}
     assert by_name["gradients"] == 4 * model.count_parameters()
     assert by_name["puzzle embedding table"] == 4 * model.puzzle_embedding_numel()
+
+
+class TwoDevices(DeviceBackend):
+    """A backend that splits each batch over two devices, as XLA's SPMD does."""
+
+    def replicas(self) -> int:
+        return 2
+
+
+def test_a_backend_splitting_the_batch_over_devices_counts_the_replicated_state_on_each():
+    spec = RunSpec(
+        arch=ArchSpec(hidden_size=64, num_heads=4, puzzle_emb_ndim=64),
+        train=TrainSpec(global_batch_size=8, ema=True),
+    )
+
+    def items(backend: DeviceBackend) -> dict[str, int]:
+        runtime = RuntimeChoice("cpu", "fp32", 1, False, backend=backend)
+        found = memory_estimator.estimate_items(
+            spec, HardwareProfile(), runtime, DatasetShape(16, 6, 10), process_baseline_bytes=0
+        )
+        return {item.name: item.bytes for item in found}
+
+    one, two = items(DeviceBackend()), items(TwoDevices())
+    for name in ("weights", "gradients", "optimizer states", "EMA copy", "puzzle embedding table"):
+        assert one[name] > 0 and two[name] == 2 * one[name], name
+    for name in ("activations", "carry (z_H, z_L)", "step transients"):  # the rows are split
+        assert two[name] == one[name], name
 
 
 def test_host_memory_reuse_adds_heap_slack_only_where_tensors_were_mapped():

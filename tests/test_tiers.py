@@ -14,14 +14,17 @@ from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec
 GIB = 2**30
 
 
-def linear_estimate(budget: int, per_row: int, fixed: int, per_hidden_row: int = 0):
-    """A fake estimator: fixed + per_row x micro-batch (x hidden/64 when per_hidden_row)."""
+def linear_estimate(
+    budget: int, per_row: int, fixed: int, per_hidden_row: int = 0, replicas: int = 1
+):
+    """A fake estimator: fixed + per_row x micro-batch (x hidden/64 when per_hidden_row), for
+    a backend splitting each batch over ``replicas`` devices."""
 
     def make(spec: RunSpec) -> MemoryEstimate:
         micro = spec.runtime.micro_batch_size or spec.train.global_batch_size
         row = per_row + per_hidden_row * spec.arch.hidden_size // 64
         items = (MemoryItem("fixed", fixed), MemoryItem("activations", row * micro))
-        return MemoryEstimate(items=items, host_budget_bytes=budget, remake=make)
+        return MemoryEstimate(items=items, host_budget_bytes=budget, remake=make, replicas=replicas)
 
     return make
 
@@ -59,6 +62,31 @@ def test_micro_batch_is_the_largest_divisor_under_the_planned_target(batch, per_
             for d in bigger
         )
     assert all(c.key and c.reason for c in changes)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    replicas=st.sampled_from([2, 4, 8]),
+    batch=st.sampled_from([8, 64, 96, 768]),
+    per_row_mib=st.integers(1, 4000),
+    mode=st.sampled_from(list(MODE_TARGETS)),
+)
+def test_a_micro_batch_chosen_for_several_devices_divides_by_their_count(
+    replicas, batch, per_row_mib, mode
+):
+    make = linear_estimate(8 * GIB, per_row_mib * 2**20, GIB // 4, replicas=replicas)
+    spec = spec_with(batch)
+    asked: list[int] = []
+
+    def remake(candidate: RunSpec) -> MemoryEstimate:
+        asked.append(candidate.runtime.micro_batch_size)
+        return make(candidate)
+
+    estimate = attrs.evolve(make(spec), remake=remake)
+    adapted, _ = tiers.adapt(spec, HardwareProfile(), estimate, mode)
+    micro = adapted.runtime.micro_batch_size
+    assert batch % micro == 0 and micro % replicas == 0, micro
+    assert all(size % replicas == 0 for size in asked), f"sizes tried: {asked}"
 
 
 def test_conservative_never_takes_more_than_extreme():

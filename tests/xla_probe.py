@@ -59,9 +59,15 @@ class StepCounts:
 
 @define
 class Recorder:
-    """An in-process plugin that reads the counters after every step."""
+    """An in-process plugin that reads the counters after every step (``rows``) and after
+    every evaluation (``evals``: the step and the device-to-host transfers so far)."""
 
     rows: list[StepCounts] = field(factory=list)
+    evals: list[tuple[int, int]] = field(factory=list)
+
+    @hookimpl
+    def on_eval(self, state: Any, metrics: dict[str, float]) -> None:
+        self.evals.append((int(metrics["step"]), host_transfers()))
 
     @hookimpl
     def on_step(self, state: Any, metrics: dict[str, float]) -> None:

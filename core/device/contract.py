@@ -21,7 +21,8 @@ phase of a run:
   :meth:`~DeviceBackend.step_peak_mb`, :meth:`~DeviceBackend.synchronize`;
 - failures: :meth:`~DeviceBackend.is_out_of_memory`, :meth:`~DeviceBackend.memory_kind`,
   :meth:`~DeviceBackend.free_cached_memory`, :meth:`~DeviceBackend.used_fraction`;
-- resuming exactly: :meth:`~DeviceBackend.rng_state`, :meth:`~DeviceBackend.set_rng_state`;
+- seeding and resuming exactly: :meth:`~DeviceBackend.seed`,
+  :meth:`~DeviceBackend.rng_state`, :meth:`~DeviceBackend.set_rng_state`;
 - compiling: :meth:`~DeviceBackend.compile`;
 - data parallelism: :meth:`~DeviceBackend.process_group_backends`,
   :meth:`~DeviceBackend.prepare_process_group`;
@@ -172,7 +173,14 @@ class DeviceBackend:
         Reads only; resets nothing."""
         return None
 
-    # ---- resuming exactly -----------------------------------------------------------------
+    # ---- seeding and resuming exactly --------------------------------------------------
+
+    def seed(self, seed: int, device: torch.device) -> None:
+        """Seed every generator a run on ``device`` draws from, at the start of a fresh run
+        (the loop calls it before building the model). The default seeds torch's CPU
+        generator with ``torch.manual_seed``, which seeds CUDA's too; a device whose own
+        generator it does not reach (XLA) seeds that as well."""
+        torch.manual_seed(seed)
 
     def rng_state(self, device: torch.device) -> torch.Tensor | None:
         """The generator state of ``device`` (this process's device only), as a host

@@ -78,19 +78,22 @@ def confidence(q_halt_logits: torch.Tensor) -> np.ndarray:
     return torch.sigmoid(q_halt_logits.detach().cpu().double()).numpy()
 
 
-def score(predictions: torch.Tensor, labels: torch.Tensor) -> tuple[int, int, float]:
-    """(examples scored, examples exactly right, sum of per-example cell accuracy)."""
+# The sums an evaluation adds on the device, in the order of its sums vector: the scoring
+# (examples scored, exactly right, the sum of their cell accuracies), then the halting sums.
+EVAL_SUM_KEYS = ("scored", "exact", "cells", "loss_sum", "count", "q_halt_correct", "steps")
+
+
+def score_sums(predictions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(examples scored, examples exactly right, sum of per-example cell accuracy) as a
+    float32 device vector: fixed shapes (no boolean-mask indexing), nothing read back."""
     mask = labels != IGNORE_LABEL
     counts = mask.sum(-1)
     correct = ((predictions == labels) & mask).sum(-1)
     scored = counts > 0
     fractions = torch.where(scored, correct.float() / counts.clamp(min=1).float(), 0.0)
-    # fixed shapes (no boolean-mask indexing) and one host read of the three sums
-    sums = torch.stack(
+    return torch.stack(
         [scored.sum().float(), ((correct == counts) & scored).sum().float(), fractions.sum()]
     )
-    n_scored, exact, cells = sums.tolist()
-    return int(n_scored), int(exact), float(cells)
 
 
 def _asks_to_halt(model: torch.nn.Module, outputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -103,6 +106,23 @@ def _asks_to_halt(model: torch.nn.Module, outputs: dict[str, torch.Tensor]) -> t
     return q_halt > outputs["q_continue_logits"]
 
 
+def halting_sums(
+    model: torch.nn.Module,
+    outputs: dict[str, torch.Tensor],
+    halt_steps: torch.Tensor,
+    labels: torch.Tensor,
+) -> torch.Tensor:
+    """One batch's ACT loss and Q-head sums as a float32 device vector (``loss_sum``,
+    ``count``, ``q_halt_correct``, ``steps``): the model's own loss (:class:`~trm.model.ACTLoss`,
+    the run's token loss) on the last step's outputs, with every row halted, and
+    ``halt_steps`` as the rows' halting steps. Nothing is read back."""
+    arch = getattr(model, "arch", None) or model.module.arch
+    halted = torch.ones_like(halt_steps, dtype=torch.bool)
+    loss_sum, metrics = ACTLoss.compute(outputs, labels, halted, arch.loss, steps=halt_steps)
+    values = [loss_sum, *(metrics[key] for key in ("count", "q_halt_correct", "steps"))]
+    return torch.stack([value.detach().float() for value in values])
+
+
 def add_halting_sums(
     sums: dict[str, float],
     model: torch.nn.Module,
@@ -110,15 +130,10 @@ def add_halting_sums(
     halt_steps: torch.Tensor,
     labels: torch.Tensor,
 ) -> None:
-    """Add one batch's ACT loss and Q-head sums to ``sums``: the model's own loss
-    (:class:`~trm.model.ACTLoss`, the run's token loss) on the last step's outputs, with every
-    row halted, and ``halt_steps`` as the rows' halting steps."""
-    arch = getattr(model, "arch", None) or model.module.arch
-    halted = torch.ones_like(halt_steps, dtype=torch.bool)
-    loss_sum, metrics = ACTLoss.compute(outputs, labels, halted, arch.loss, steps=halt_steps)
-    sums["loss_sum"] = sums.get("loss_sum", 0.0) + float(loss_sum)
-    for key in ("count", "q_halt_correct", "steps"):
-        sums[key] = sums.get(key, 0.0) + float(metrics[key])
+    """Add one batch's :func:`halting_sums` to ``sums`` on the host (one read)."""
+    values = halting_sums(model, outputs, halt_steps, labels).tolist()
+    for key, value in zip(EVAL_SUM_KEYS[3:], values, strict=True):
+        sums[key] = sums.get(key, 0.0) + value
 
 
 def halting_metrics(sums: dict[str, float]) -> dict[str, float]:
@@ -157,15 +172,18 @@ def evaluate(
     (:meth:`trm.device.distributed.World.shard`) and the sums are combined over the ranks,
     so every rank returns the result of the whole set.
     A task evaluator's records are gathered from every rank and merged before ``result()``.
+
+    The scoring and halting sums stay on the device, added batch by batch (the backend's
+    ``mark_step`` after each), and are read to the host once, at the end: one host read per
+    evaluation. Only ``task_metrics`` and ``task_evaluator``, which take NumPy rows, read each
+    batch's predictions (and the confidence).
     """
     total = index.num_examples if max_examples <= 0 else min(max_examples, index.num_examples)
     share = distributed.current().shard(total)  # range(total) with one process
     was_training = model.training
     model.eval()
-    n_scored = n_exact = 0
-    cell_sum = 0.0
     task_sums: dict[str, float] = {}
-    halting_sums: dict[str, float] = {}
+    totals = torch.zeros(len(EVAL_SUM_KEYS), device=placement.device)
     try:
         for start in range(share.start, share.stop, batch_size):
             examples = np.arange(start, min(share.stop, start + batch_size))
@@ -174,11 +192,11 @@ def evaluate(
             outputs, halt_steps = run_all_steps(model, batch, halt_max_steps, placement)
             preds = outputs["logits"].argmax(dim=-1)
             q_halt = outputs["q_halt_logits"].float()
-            add_halting_sums(halting_sums, model, outputs, halt_steps, batch["labels"])
-            scored, exact, cells = score(preds, batch["labels"])
-            n_scored += scored
-            n_exact += exact
-            cell_sum += cells
+            labels = batch["labels"]
+            totals = totals + torch.cat(
+                [score_sums(preds, labels), halting_sums(model, outputs, halt_steps, labels)]
+            )
+            placement.mark_step()  # a lazy device runs this batch here, not all at the end
             if task_metrics is not None:
                 values = task_metrics(rows["inputs"], rows["labels"], preds.cpu().numpy())
                 for name, per_row in values.items():
@@ -190,10 +208,14 @@ def evaluate(
                     preds.cpu().numpy(),
                     confidence(q_halt),
                 )
+        sums = dict(zip(EVAL_SUM_KEYS, placement.backend.read_values(totals), strict=True))
     finally:
         model.train(was_training)
-    n_scored, n_exact, cell_sum, task_sums = _sum_over_ranks(n_scored, n_exact, cell_sum, task_sums)
-    halting_sums = _sum_over_ranks(0, 0, 0.0, halting_sums)[3]
+    n_scored, n_exact, cell_sum, task_sums = _sum_over_ranks(
+        int(sums["scored"]), int(sums["exact"]), sums["cells"], task_sums
+    )
+    halting = {key: sums[key] for key in EVAL_SUM_KEYS[3:]}
+    halting = _sum_over_ranks(0, 0, 0.0, halting)[3]
     if task_evaluator is not None:
         _merge_over_ranks(task_evaluator)
     examples_done = max(total, 1)
@@ -201,7 +223,7 @@ def evaluate(
         "examples": n_scored,
         "exact_accuracy": n_exact / max(n_scored, 1),
         "cell_accuracy": cell_sum / max(n_scored, 1),
-        **halting_metrics(halting_sums),
+        **halting_metrics(halting),
         **{name: value / examples_done for name, value in task_sums.items()},
         **(task_evaluator.result() if task_evaluator is not None else {}),
     }

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 import torch
-from attrs import define, field
+from attrs import define, field, frozen
 
 from trm.errors import TrainingFailed, TrmError
 from trm.loop.data_parallel import DataParallel
@@ -105,6 +105,35 @@ class CheckpointSchedule:
         )
 
 
+@frozen
+class WriteFailed:
+    """A checkpoint write that raised, as every rank learns it (plain text, so it crosses
+    ranks whatever the error was): the error in words, and whether it was an ``OSError`` (the
+    disk or the run directory) rather than a fault of the plugin that saves."""
+
+    error: str
+    os_error: bool
+
+    @classmethod
+    def of(cls, exc: Exception) -> WriteFailed:
+        if isinstance(exc, OSError):
+            return cls(str(exc) or type(exc).__name__, True)
+        text = str(exc).strip().splitlines()
+        return cls(f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__, False)
+
+    def what_to_do(self) -> str:
+        if self.os_error:
+            return "free disk space or fix the run directory, then resume"
+        return (
+            "fix or switch off the plugin whose save_checkpoint raised (trm plugins lists "
+            "them), then resume"
+        )
+
+
+Outcome = Path | WriteFailed | None
+"""What a checkpoint write did: the file written, a failure, or None (no plugin saves)."""
+
+
 @define
 class PendingWrite:
     """Rank 0's checkpoint being written in the background (on the other ranks only its step
@@ -113,7 +142,7 @@ class PendingWrite:
     step: int
     reason: str
     thread: threading.Thread | None = None
-    outcome: Path | OSError | None = None
+    outcome: Outcome = None
 
 
 class Checkpointer:
@@ -195,7 +224,7 @@ class Checkpointer:
             if reason in ("end", "stop"):  # the run ends: its last checkpoint must be on disk
                 self.settle(state)
             return
-        outcome: Path | OSError | None = None
+        outcome: Outcome = None
         if self.writes:
             outcome = self._write(state, reason, parts)
         if self.parallel is not None:  # every rank learns what rank 0's write did
@@ -249,11 +278,9 @@ class Checkpointer:
         pending.thread.start()
         self.pending = pending
 
-    def _record(
-        self, state: TrainState, step: int, reason: str, outcome: Path | OSError | None
-    ) -> None:
+    def _record(self, state: TrainState, step: int, reason: str, outcome: Outcome) -> None:
         """What the write of the checkpoint of ``step`` did, for every rank alike."""
-        if isinstance(outcome, OSError):
+        if isinstance(outcome, WriteFailed):
             self._failed(state, step, reason, outcome)
             return
         self.failures = 0
@@ -267,31 +294,30 @@ class Checkpointer:
                 "checkpoints (is checkpoint switched off?)"
             )
 
-    def _write(
-        self, state: TrainState, reason: str, parts: list[dict[str, Any]] | None
-    ) -> Path | OSError | None:
-        """Rank 0's write through the hook: the path, None (no plugin saves), or the OSError."""
+    def _write(self, state: TrainState, reason: str, parts: list[dict[str, Any]] | None) -> Outcome:
+        """Rank 0's write through the hook: the path, None (no plugin saves), or what failed —
+        any error of the hook, whether on the loop's thread or on the background writer's
+        (where an error not caught here would end the thread and leave no outcome)."""
         state.rank_parts = parts
         try:
             if state.snapshot is None:  # a background write synced the metrics before
                 self.journal.metrics.sync()
             return self.pm.hook.save_checkpoint(state=state, run_dir=self.run_dir, reason=reason)
-        except OSError as exc:
-            return exc
+        except Exception as exc:
+            return WriteFailed.of(exc)
         finally:
             state.rank_parts = None
 
-    def _failed(self, state: TrainState, step: int, reason: str, exc: OSError) -> None:
+    def _failed(self, state: TrainState, step: int, reason: str, failure: WriteFailed) -> None:
         self.failures += 1
-        self.journal.event(step, "checkpoint_failed", reason=reason, error=str(exc))
+        self.journal.event(step, "checkpoint_failed", reason=reason, error=failure.error)
         kept = last_good(state)
         self.journal.log(
-            f"warning: checkpoint at step {step} failed ({exc}); {kept} "
+            f"warning: checkpoint at step {step} failed ({failure.error}); {kept} "
             f"({self.failures} of {MAX_CHECKPOINT_FAILURES} failures in a row stop the run)"
         )
         if self.failures >= MAX_CHECKPOINT_FAILURES:
             raise TrainingFailed(
                 f"step {step}: {MAX_CHECKPOINT_FAILURES} checkpoint saves in a row "
-                f"failed (last: {exc}); {kept} — free disk space or fix the run directory, "
-                "then resume"
-            ) from exc
+                f"failed (last: {failure.error}); {kept} — {failure.what_to_do()}"
+            )

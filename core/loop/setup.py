@@ -114,8 +114,9 @@ def new_state(
 
     ``local_batch`` (data parallelism) is this rank's rows of the global batch: the
     micro-batch is at most that. Every rank seeds alike, so all start from the same weights.
+    The backend seeds every generator the run draws from (the device's own included).
     """
-    torch.manual_seed(spec.train.seed)
+    runtime.backend.seed(spec.train.seed, torch.device(runtime.device))
     micro_batch_size = spec.runtime.micro_batch_size or spec.train.global_batch_size
     if local_batch is not None:
         micro_batch_size = min(micro_batch_size, local_batch)

@@ -2,7 +2,13 @@
 update at the learning rate of this update.
 
 A step is all or nothing: the carry is written back only after every micro-batch succeeded,
-so a step that fails (out of memory) can be undone and retried by :mod:`trm.loop.oom_retry`.
+so a step that fails (out of memory) in its forward or backward can be undone and retried by
+:mod:`trm.loop.oom_retry`. Once the update has been issued (the carry written, the optimizers'
+step counters advanced, EMA updated) nothing can be undone, so out of memory from then on —
+in the update itself, or at the step boundary, where a lazy device (XLA) first runs the whole
+step's graph and so reports every allocation that failed in it — ends the run with one line
+(TrainingFailed) instead of offering a retry that would take the update twice; the last good
+checkpoint stays the one to resume from.
 
 The step never waits for the device until its end: the loss and metric sums of every
 micro-batch are added on the device, in one vector, and after the update and the backend's
@@ -122,10 +128,11 @@ def attempt_step(
 
     Raises the out-of-memory error of a forward or backward untouched (the caller undoes the
     step and retries); raises TrainingFailed for a non-finite loss (found after the update:
-    the live weights are then not saved) and for out of memory in the update, after which
-    the weights may be partly updated. The learning rate is that of update
-    ``k = state.step + 1`` (the first update warms up from ``lr / warmup``), as the reference
-    implementation counts.
+    the live weights are then not saved) and for out of memory in the update or at the step
+    boundary (``mark_step`` and the host read, where a lazy device runs the step), after
+    which the state may be partly updated and cannot be taken back. The learning rate is
+    that of update ``k = state.step + 1`` (the first update warms up from ``lr / warmup``),
+    as the reference implementation counts.
     """
     model, placement = state.model, setup.placement
     device_batch = placement.to_device(batch)
@@ -167,8 +174,20 @@ def attempt_step(
             f"partly updated, so the run stops; {last_good(state)} — resume with a smaller "
             "runtime.micro_batch_size or a smaller model"
         ) from None
-    placement.mark_step()
-    values = placement.backend.read_values(sums)  # the step's one host read
+    try:
+        placement.mark_step()
+        values = placement.backend.read_values(sums)  # the step's one host read
+    except Exception as exc:
+        if not is_out_of_memory(exc, placement.backend):
+            raise
+        kind = placement.backend.memory_kind(exc)
+        raise TrainingFailed(
+            f"step {update}: out of memory on the {kind} while the device ran the step, "
+            "after its update was issued (the carry, the optimizers' step counts and EMA may "
+            f"be partly updated), so the step cannot be retried and the run stops; "
+            f"{last_good(state)} — resume with a smaller runtime.micro_batch_size or a "
+            "smaller model"
+        ) from None
     result = dict(zip(SUM_KEYS, values, strict=True))
     if not math.isfinite(result["loss_sum"]):
         raise TrainingFailed(

@@ -7,9 +7,10 @@ is trained for :data:`WARMUP_STEPS` + :data:`TIMED_STEPS` optimizer steps by the
 plugins as the run, less the display, checkpoints, evaluation and the plugins that schedule
 the recursion, which would change the depth being timed) on a small data set of the spec's
 source (one global batch of puzzles) built in a temporary directory. The step time is the
-median of the timed steps. These steps are thrown away with the model that took them: the
-run starts from its seed afterwards, so the timing changes nothing it trains, and nothing is
-written to the run directory. A stop while timing (Ctrl-C, SIGTERM: the timing loop finishes
+median of the timed steps. These steps are thrown away with the model that took them, and
+every random generator (the host's and the run's device's) is restored to its state before
+the timing, so the timing changes nothing the run trains or draws; nothing is written to the
+run directory. A stop while timing (Ctrl-C, SIGTERM: the timing loop finishes
 its step and ends) stops the command (KeyboardInterrupt: exit 130) rather than planning from
 fewer steps.
 """
@@ -23,7 +24,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
+import torch
 
+from trm.device.rng import capture_rng, restore_rng
 from trm.measure.bench import BENCH_OFF, NO_EVAL_SPLIT, OtherLoad, small_data_spec, time_loop
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import Plan
@@ -71,6 +74,8 @@ def time_depths(
     )
     root = Path(tempfile.mkdtemp(prefix="trm-budget-"))
     seconds: dict[Depth, float] = {}
+    backend, device = plan.runtime.backend, torch.device(plan.runtime.device)
+    generators = capture_rng(backend, device)
     try:
         pm = load_plugins([*requested, *BENCH_OFF])
         small = small_data_spec(spec, pm, spec.train.global_batch_size)
@@ -89,6 +94,7 @@ def time_depths(
                     raise KeyboardInterrupt
                 seconds[depth] = statistics.median(timing.step_s)
     finally:
+        restore_rng(generators, backend, device)
         shutil.rmtree(root, ignore_errors=True)
     if load.fraction >= BUSY_LOAD:
         log(

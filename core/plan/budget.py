@@ -135,15 +135,29 @@ def recursion_schedule(
     return [share for share in shares if share.fraction > 0]
 
 
+class UntimedDepths(LookupError):
+    """The schedule of some length trains at depths that were not timed (a schedule whose
+    depths depend on the run's length): ``depths``, to time before planning again."""
+
+    def __init__(self, depths: list[Depth]) -> None:
+        super().__init__(f"depths not timed: {depths}")
+        self.depths = depths
+
+
 def steps_for_budget(
     budget_s: float, schedule_at: Callable[[int], list[RecursionShare]], step_s: dict[Depth, float]
 ) -> tuple[int, list[RecursionShare]]:
     """The most steps N whose schedule takes at most ``budget_s``: Σ fraction_i × N ×
     step_s_i with the shares of an N-step run (``schedule_at(N)``), found by bisection (the
-    time grows with N); and the schedule at N. 0 when not even one step fits."""
+    time grows with N); and the schedule at N. 0 when not even one step fits. Raises
+    :class:`UntimedDepths` when a schedule the search looks at has a depth ``step_s`` lacks."""
 
     def seconds(total: int) -> float:
-        return sum(s.fraction * total * step_s[s.depth] for s in schedule_at(total))
+        schedule = schedule_at(total)
+        missing = [d for d in _depths(schedule) if d not in step_s]
+        if missing:
+            raise UntimedDepths(missing)
+        return sum(s.fraction * total * step_s[s.depth] for s in schedule)
 
     low, high = 0, 1
     while seconds(high) <= budget_s and high < MAX_STEPS:  # a power of two past the budget
@@ -221,11 +235,17 @@ def plan_steps(
     schedulers = [impl.plugin_name for impl in pm.hook.recursion_schedule.get_hookimpls()]
     first = schedule_at(FIRST_GUESS_STEPS)
     step_s = _checked(timer(plan, _depths(first), schedulers))
-    steps, schedule = steps_for_budget(budget_s, schedule_at, step_s)
-    missing = [d for d in _depths(schedule) if d not in step_s]
-    if missing:  # a schedule whose depths depend on the length: time those too
-        step_s |= _checked(timer(plan, missing, schedulers))
-        steps, schedule = steps_for_budget(budget_s, schedule_at, step_s)
+    while True:
+        try:
+            steps, schedule = steps_for_budget(budget_s, schedule_at, step_s)
+            break
+        except UntimedDepths as untimed:  # depths that depend on the length: time those too
+            step_s |= _checked(timer(plan, untimed.depths, schedulers))
+            if any(depth not in step_s for depth in untimed.depths):
+                raise TrmError(
+                    f"train.time_budget_s: the step timer gave no time for depth(s) "
+                    f"{untimed.depths}; give --max-steps N"
+                ) from None
     stages = tuple(StageTime(s.fraction, *s.depth, step_s[s.depth]) for s in schedule)
     if steps < MIN_PLANNED_STEPS:
         times = "/".join(f"{s.step_s:.3g}" for s in stages)

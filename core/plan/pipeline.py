@@ -102,7 +102,9 @@ def estimate_memory(
     """Every plugin's items for ``spec``, with the host and device budgets.
 
     The estimate can be remade for another spec (``MemoryEstimate.for_spec``): the runtime is
-    re-chosen when the spec's runtime section differs, the dataset is kept.
+    re-chosen when the spec's runtime section differs, the dataset is kept. Its ``replicas``
+    is the backend's answer (the devices a batch is split over), which the tiers' micro-batch
+    sizes must divide by.
     """
 
     def make(candidate: RunSpec) -> MemoryEstimate:
@@ -119,6 +121,7 @@ def estimate_memory(
             device_budget_bytes=chosen.backend.budget_bytes(hardware, device),
             unified_memory=chosen.backend.shares_host_memory(hardware, device),
             remake=make,
+            replicas=chosen.backend.replicas(),
         )
 
     return make(spec)

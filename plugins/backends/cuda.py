@@ -10,9 +10,10 @@ and its model for the estimate (:mod:`.cuda_allocator`), ``torch.OutOfMemoryErro
 GPU's RNG, NCCL for collectives, Inductor through Triton (which needs a C compiler and the
 Python headers besides the ``triton`` package).
 
-Not yet run on a GPU: every line here is tested on the CPU with a fake ``torch.cuda``
-(tests/test_backends.py, tests/test_gpu_ready.py); ``benchmarks/gpu.py`` is the command that
-proves it on one.
+Run on one NVIDIA H200 (``benchmarks/gpu.py``, the acceptance command; its figures are in
+docs/performance.md, "GPU"); torchrun over several GPUs has not run on GPUs yet. Every line
+here is also tested on the CPU with a fake ``torch.cuda`` (tests/test_backends.py,
+tests/test_gpu_ready.py).
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ The device contract (:class:`XlaBackend`): ``to_device`` copies and shards; auto
 bf16; on the CPU as asked, else fp32); ``mark_step`` is ``torch_xla.sync()``, which cuts the
 step's lazy graph and runs it; memory figures come from the runtime (a TPU's HBM; the CPU
 runtime says nothing, so they are None there); out of memory is XLA's ``RESOURCE_EXHAUSTED``;
-the RNG state is the device seed; there is no torch.compile (XLA compiles each traced step
-whole, once per distinct graph); checkpoints are written from host copies. Multi-host pod
-slices are not supported (see docs/tpu.md).
+the RNG state is the device seed, seeded with the run (``seed``); there is no torch.compile
+(XLA compiles each traced step whole, once per distinct graph); checkpoints are written from
+host copies. Multi-host pod slices are not supported (see docs/tpu.md).
 """
 
 from __future__ import annotations
@@ -320,8 +320,10 @@ class XlaBackend(DeviceBackend):
     def set_rng_state(self, state: torch.Tensor, device: torch.device) -> None:
         _xm().set_rng_state(int(state.reshape(-1)[0]) % 2**64, str(device))
 
-    def seed(self, seed: int, device: torch.device | str = "xla:0") -> None:
-        """Seed the device generator (``torch.manual_seed`` does not reach it)."""
+    def seed(self, seed: int, device: torch.device) -> None:
+        """Seed torch's CPU generator and the device generator (``torch.manual_seed`` does
+        not reach it)."""
+        super().seed(seed, device)
         _xm().set_rng_state(int(seed), str(device))
 
     # ---- compiling ------------------------------------------------------------------------
@@ -444,7 +446,6 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
     precision, notes = choose_xla_precision(spec.runtime.precision, devices)
     threads = spec.runtime.threads or max(1, hardware.physical_cores or 1)
     torch.set_num_threads(threads)
-    XLA.seed(spec.train.seed)
     spmd = f"; SPMD data parallel over {devices.count} devices" if devices.count > 1 else ""
     notes.insert(0, f"XLA: {devices.describe()}{spmd}")
     notes.append("XLA compiles each traced step whole (torch.compile is not used)")

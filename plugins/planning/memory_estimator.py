@@ -454,6 +454,13 @@ class StepPlan:
         return self.spec.train.global_batch_size
 
     @property
+    def replicas(self) -> int:
+        """The devices the backend splits this process's rows over (``replicas()``: XLA's
+        SPMD); each holds its own copy of the weights, gradients, optimizer states, EMA and
+        puzzle table, while the rows' tensors are shared out."""
+        return max(1, self.runtime.backend.replicas())
+
+    @property
     def location(self) -> str:
         """Where the model's tensors are charged: "device" or "host"."""
         return "device" if self.on_device else "host"
@@ -540,37 +547,43 @@ def optimizer_states_per_param(optimizer: str) -> int:
 
 def persistent_items(step: StepPlan) -> list[MemoryItem]:
     """What lives through the whole step: weights, gradients, optimizer states, the EMA copy,
-    the puzzle table and its sparse buffers, autocast weight copies, the carry."""
+    the puzzle table and its sparse buffers, autocast weight copies, the carry. The model's
+    copies are counted once per device the backend splits the rows over
+    (:attr:`StepPlan.replicas`); the rows' tensors once."""
     s, train, where, precision = step.sizes, step.spec.train, step.location, step.precision
     low = low_bytes(precision)
     states = optimizer_states_per_param(train.optimizer)
+    copies = step.replicas
+    each = f" (on each of the {copies} devices)" if copies > 1 else ""
+
+    def replicated(name: str, count: int, note: str) -> MemoryItem:
+        return _item(name, copies * count, where, note + each)
+
     items = [
-        _item(
+        replicated(
             "weights",
             F32 * (s.params + s.buffers_persistent - s.puzzle_table + s.buffers_other),
-            where,
             f"{s.params:,} float32 parameters and the network's buffers",
         ),
-        _item("gradients", F32 * s.params, where, "one float32 gradient per parameter"),
-        _item(
+        replicated("gradients", F32 * s.params, "one float32 gradient per parameter"),
+        replicated(
             "optimizer states",
             states * F32 * s.params,
-            where,
             f"{train.optimizer}: first and second moments per parameter",
         ),
-        _item(
+        replicated(
             "EMA copy",
             F32 * s.params if train.ema else 0,
-            where,
             "shadow of every trainable float32 parameter (trm.model.ema: buffers such as the "
             "puzzle-embedding table are not averaged)"
             if train.ema
             else "train.ema is off",
-        ),
-        _item(
+        )
+        if train.ema
+        else _item("EMA copy", 0, where, "train.ema is off"),
+        replicated(
             "puzzle embedding table",
             F32 * s.puzzle_table,
-            where,
             f"{s.puzzle_table // max(s.puzzle_ndim, 1):,} identifiers x {s.puzzle_ndim} (a buffer)",
         ),
         _item(
@@ -582,10 +595,9 @@ def persistent_items(step: StepPlan) -> list[MemoryItem]:
     ]
     if low != F32:
         items.append(
-            _item(
+            replicated(
                 "autocast weight copies",
                 low * (s.net_params + s.other_params),
-                where,
                 f"{precision} copies of the weights, made once per supervision step",
             )
         )

@@ -13,7 +13,9 @@ batch and picks, in this order:
    budget) under the target, with gradient accumulation making up the rest. Only sizes that
    divide this process's rows of the global batch (all of it with one process) are tried, so
    every micro-batch of a step has the same shape (an uneven last one would cost a second
-   compiled graph) and the global batch is always kept; an explicit
+   compiled graph) and the global batch is always kept; and only multiples of the devices
+   the backend splits a batch over (``estimate.replicas``: XLA's SPMD devices), so each
+   device holds an equal share; an explicit
    ``runtime.micro_batch_size`` that already fits is kept (so a spec written for one tier
    runs unchanged under another);
    With ``runtime.activation_checkpointing = "auto"``, the tier turns recomputation on
@@ -108,18 +110,21 @@ def process_rows(spec: RunSpec) -> int:
     return max(1, spec.train.global_batch_size // max(1, world))
 
 
-def micro_batch_sizes(rows: int) -> list[int]:
-    """The micro-batch sizes a tier may pick for ``rows`` rows: its divisors, ascending."""
+def micro_batch_sizes(rows: int, replicas: int = 1) -> list[int]:
+    """The micro-batch sizes a tier may pick for ``rows`` rows split over ``replicas``
+    devices: the divisors of ``rows`` that divide by ``replicas``, ascending (``[rows]``
+    when none does: the backend refuses such a batch itself)."""
     small = [d for d in range(1, math.isqrt(rows) + 1) if rows % d == 0]
-    return sorted({*small, *(rows // d for d in small)})
+    divisors = sorted({*small, *(rows // d for d in small)})
+    return [d for d in divisors if d % max(1, replicas) == 0] or [rows]
 
 
 def largest_fitting_micro_batch(
     spec: RunSpec, estimate: MemoryEstimate, target: float
 ) -> tuple[int | None, MemoryEstimate | None]:
-    """The largest micro-batch that divides this process's rows (:func:`process_rows`) whose
-    estimate stays within ``target``, with that estimate; (None, None) when a micro-batch of
-    1 does not fit.
+    """The largest micro-batch that divides this process's rows (:func:`process_rows`) and
+    by the estimate's ``replicas`` whose estimate stays within ``target``, with that
+    estimate; (None, None) when the smallest such micro-batch does not fit.
 
     A binary search over the divisors: estimates grow with the micro-batch (a property
     trm.testing checks).
@@ -128,7 +133,7 @@ def largest_fitting_micro_batch(
     def trial(micro: int) -> MemoryEstimate:
         return estimate.for_spec(_set(spec, "runtime.micro_batch_size", micro))
 
-    sizes = micro_batch_sizes(process_rows(spec))
+    sizes = micro_batch_sizes(process_rows(spec), estimate.replicas)
     low, high = 0, len(sizes) - 1
     best = trial(sizes[low])
     if not best.fits(target):
@@ -219,12 +224,18 @@ def _smaller_models(spec: RunSpec) -> list[tuple[str, int]]:
     return steps
 
 
-def _smallest_model(spec: RunSpec) -> RunSpec:
-    """``spec`` after every shrink step :func:`_smaller_models` offers, at micro-batch 1."""
+def smallest_micro_batch(spec: RunSpec, estimate: MemoryEstimate) -> int:
+    """The smallest micro-batch a tier may pick (1, or the devices a batch is split over)."""
+    return micro_batch_sizes(process_rows(spec), estimate.replicas)[0]
+
+
+def _smallest_model(spec: RunSpec, micro: int) -> RunSpec:
+    """``spec`` after every shrink step :func:`_smaller_models` offers, at micro-batch
+    ``micro``."""
     while options := _smaller_models(spec):
         key, value = options[0]
         spec = _set(spec, key, value)
-    return _set(spec, "runtime.micro_batch_size", 1)
+    return _set(spec, "runtime.micro_batch_size", micro)
 
 
 def _largest_items(estimate: MemoryEstimate, where: str, count: int = 3) -> str:
@@ -284,20 +295,21 @@ def adapt(
         if chosen is not None:
             micro, fitted, why = chosen
             change("runtime.activation_checkpointing", "on", f"{goal}: {why}")
+    least = smallest_micro_batch(spec, estimate)
     if micro is None:
-        smallest = estimate.for_spec(_smallest_model(spec))
+        smallest = estimate.for_spec(_smallest_model(spec, least))
         if not smallest.fits(planned):
             changes.append(
                 Change(
                     "runtime.micro_batch_size",
                     spec.runtime.micro_batch_size,
-                    1,
+                    least,
                     f"even the smallest model does not fit {goal} (largest items: "
                     f"{_largest_items(smallest, where)}); the model is kept as written since "
                     "shrinking it cannot help; expect out of memory",
                 )
             )
-            return _set(spec, "runtime.micro_batch_size", 1), changes
+            return _set(spec, "runtime.micro_batch_size", least), changes
     while micro is None:
         options = _smaller_models(spec)
         if not options:
@@ -305,13 +317,13 @@ def adapt(
                 Change(
                     "runtime.micro_batch_size",
                     spec.runtime.micro_batch_size,
-                    1,
+                    least,
                     f"{SHRUNK}: even the smallest model does not fit {goal}; expect out of memory",
                 )
             )
-            return _set(spec, "runtime.micro_batch_size", 1), changes
+            return _set(spec, "runtime.micro_batch_size", least), changes
         key, value = options[0]
-        change(key, value, f"{SHRUNK}: a micro-batch of 1 does not fit {goal}")
+        change(key, value, f"{SHRUNK}: a micro-batch of {least} does not fit {goal}")
         micro, fitted = largest_fitting_micro_batch(spec, estimate, planned)
     assert fitted is not None
     share = fitted.budget_fraction() or 0.0
