@@ -46,8 +46,7 @@ OFFICIAL_MODULES = (
     "models.ema",
 )
 OFFICIAL_OPTIMIZER_NOTE = (
-    "AdamW in place of the official AdamATan2 (a CUDA-only extension): same betas and weight "
-    "decay"
+    "AdamW in place of the official AdamATan2 (a CUDA-only extension): same betas and weight decay"
 )
 
 

@@ -119,7 +119,9 @@ def peer_rows_unavailable(args: argparse.Namespace) -> dict[str, str]:
     missing: dict[str, str] = {}
     if "official" in args.peers:
         if args.reference is None:
-            missing["official"] = "not given (--reference PATH names a TinyRecursiveModels checkout)"
+            missing["official"] = (
+                "not given (--reference PATH names a TinyRecursiveModels checkout)"
+            )
         else:
             try:
                 from peer_steps import import_official
@@ -184,8 +186,10 @@ def measure_shape(name: str, args: argparse.Namespace, log: Any) -> dict[str, An
                 continue
             warmups[peer_name] = seconds
             peers.append(peer)
-        log(f"{name}: trm's loop, {args.warmup} warm-up + {args.rounds} x {args.steps} steps, "
-            f"each window followed by the peers'")
+        log(
+            f"{name}: trm's loop, {args.warmup} warm-up + {args.rounds} x {args.steps} steps, "
+            f"each window followed by the peers'"
+        )
         alternator = Alternator(peers, args.warmup, args.steps, sync)
         trm_pm = load_plugins(list(BENCH_OFF), extra_modules=[("peers-alternator", alternator)])
         spec_b = bench_spec(spec, batch, total)
@@ -333,12 +337,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if value < 1:
             raise TrmError(f"{name} must be at least 1, got {value}")
     if args.warmup < 1:
-        raise TrmError(f"--warmup must be at least 1 (compilation happens there), got {args.warmup}")
+        raise TrmError(
+            f"--warmup must be at least 1 (compilation happens there), got {args.warmup}"
+        )
     if args.batch < 0:
         raise TrmError(f"--batch must be positive (0: per shape), got {args.batch}")
     if args.reference is not None and not args.reference.is_dir():
-        raise TrmError(f"--reference {args.reference}: no such folder; give a checkout of "
-                       "TinyRecursiveModels")
+        raise TrmError(
+            f"--reference {args.reference}: no such folder; give a checkout of TinyRecursiveModels"
+        )
     for name in args.shapes:
         resolve_spec_path(name)  # a TrmError naming the spec when it is unknown
     return args
