@@ -275,7 +275,7 @@ def lucidrains_config(spec: RunSpec, shape: Any) -> tuple[dict[str, Any], tuple[
 
 
 def build_lucidrains(config: dict[str, Any]) -> torch.nn.Module:
-    """``tiny_recursive_model.TinyRecursiveModel`` of ``config`` (from :func:`lucidrains_config`)."""
+    """lucidrains' ``TinyRecursiveModel`` of ``config`` (see :func:`lucidrains_config`)."""
     from tiny_recursive_model import MLPMixer1D, TinyRecursiveModel
 
     net = dict(config["network"])

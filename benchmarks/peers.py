@@ -48,22 +48,22 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tables, provenance, peer_steps
 
-import torch  # noqa: E402
-from peer_steps import Batches, PeerStep, lucidrains_step, official_step  # noqa: E402
-from provenance import load, provenance  # noqa: E402
-from tables import print_rows  # noqa: E402
+import torch
+from peer_steps import Batches, PeerStep, lucidrains_step, official_step
+from provenance import load, provenance
+from tables import print_rows
 
-from trm.data.shape import read_shape  # noqa: E402
-from trm.errors import TrmError  # noqa: E402
-from trm.hookspecs import hookimpl  # noqa: E402
-from trm.loop import Trainer  # noqa: E402
-from trm.measure.bench import BENCH_OFF, bench_spec, small_data_spec  # noqa: E402
-from trm.measure.flops import model_flops  # noqa: E402
-from trm.measure.peak import measure_gemm_peak  # noqa: E402
-from trm.plan.dataset import ensure_dataset  # noqa: E402
-from trm.plan.pipeline import choose_runtime, detect_hardware  # noqa: E402
-from trm.plugin_manager import load_plugins  # noqa: E402
-from trm.spec import load_spec, resolve_spec_path  # noqa: E402
+from trm.data.shape import read_shape
+from trm.errors import TrmError
+from trm.hookspecs import hookimpl
+from trm.loop import Trainer
+from trm.measure.bench import BENCH_OFF, bench_spec, small_data_spec
+from trm.measure.flops import model_flops
+from trm.measure.peak import measure_gemm_peak
+from trm.plan.dataset import ensure_dataset
+from trm.plan.pipeline import choose_runtime, detect_hardware
+from trm.plugin_manager import load_plugins
+from trm.spec import load_spec, resolve_spec_path
 
 SHAPES = ("sudoku-extreme-mlp", "maze-hard-att", "quickstart")
 PEERS = ("official", "lucidrains")
