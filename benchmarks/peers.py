@@ -2,7 +2,7 @@
 MFU against the same measured GEMM peak, and the ratio trm / peer.
 
 Usage: python benchmarks/peers.py [--reference PATH] [--shapes a,b,c] [--batch N]
-[--rounds 2] [--steps 2] [--warmup 2] [--json] [--out FILE] [--from-json FILE]
+[--rounds 2] [--steps 1] [--warmup 1] [--json] [--out FILE] [--from-json FILE]
 
 The peers (``benchmarks/peer_steps.py`` says how each is built and driven):
 
@@ -67,10 +67,10 @@ from trm.spec import load_spec, resolve_spec_path
 
 SHAPES = ("sudoku-extreme-mlp", "maze-hard-att", "quickstart")
 PEERS = ("official", "lucidrains")
-# Samples a step per shape. The paper's shapes at 32 on a CPU, but the 900-token shape at 4:
-# a step of 32 takes about a minute on a 2-core CPU, which the default run cannot afford (time,
-# not memory); the quickstart at its own global batch.
-CPU_BATCH = {"sudoku-extreme-mlp": 32, "maze-hard-att": 4, "quickstart": 128}
+# Samples a step per shape, the same for every implementation. 32 on a CPU, but the
+# 900-token shape at 4: a step of 32 takes a minute or more on a shared 2-core CPU, which the
+# default run (about 10 minutes for all three shapes) cannot afford: time, not memory.
+CPU_BATCH = {"sudoku-extreme-mlp": 32, "maze-hard-att": 4, "quickstart": 32}
 CUDA_BATCH = {"sudoku-extreme-mlp": 256, "maze-hard-att": 64, "quickstart": 128}
 DOCUMENT_KIND = "trm-peers"
 
@@ -320,8 +320,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers")
     parser.add_argument("--batch", type=int, default=0, help="samples a step (0: per shape)")
     parser.add_argument("--rounds", type=int, default=2, help="windows of each implementation")
-    parser.add_argument("--steps", type=int, default=2, help="steps in one window")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed first steps of each")
+    parser.add_argument("--steps", type=int, default=1, help="steps in one window")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed first steps of each")
     parser.add_argument("--peak-seconds", type=float, default=1.0, help="per GEMM-peak probe")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--out", type=Path, help="write the JSON document there")
