@@ -65,28 +65,42 @@ class PeerStep:
     compiled: bool
     notes: tuple[str, ...]
     model: Any = None
+    ema: Any = None
 
 
 class Batches:
     """trm's training batches of ``data_dir``'s train split in trm's sampling order, as
-    tensors on ``device``; ``next()`` cycles through ``count`` pre-gathered steps."""
+    tensors on ``device``. With ``count``, ``next()`` cycles through that many steps gathered
+    up front (a timed step then reads no data); with None it gathers each step as it comes."""
 
     def __init__(
-        self, spec: RunSpec, data_dir: Path, batch_size: int, device: str, count: int = 8
+        self,
+        spec: RunSpec,
+        data_dir: Path,
+        batch_size: int,
+        device: str,
+        count: int | None = 8,
     ) -> None:
-        index = SplitIndex(open_split(data_dir / spec.data.train_split))
-        sampler = TrainSampler(index, batch_size, spec.train.seed)
-        self.steps = [
-            {
-                k: torch.from_numpy(np.ascontiguousarray(v)).to(device)
-                for k, v in index.gather(sampler.examples_for_step(s)).items()
-            }
-            for s in range(count)
-        ]
+        self.index = SplitIndex(open_split(data_dir / spec.data.train_split))
+        self.sampler = TrainSampler(self.index, batch_size, spec.train.seed)
+        self.batch_size, self.device = batch_size, device
+        self.steps = [self.gather(s) for s in range(count)] if count else []
         self.position = 0
 
+    def gather(self, step: int) -> dict[str, torch.Tensor]:
+        rows = self.index.gather(self.sampler.examples_for_step(step))
+        return {
+            k: torch.from_numpy(np.ascontiguousarray(v)).to(self.device) for k, v in rows.items()
+        }
+
+    def first(self) -> dict[str, torch.Tensor]:
+        return self.steps[0] if self.steps else self.gather(0)
+
     def next(self) -> dict[str, torch.Tensor]:
-        batch = self.steps[self.position % len(self.steps)]
+        if self.steps:
+            batch = self.steps[self.position % len(self.steps)]
+        else:
+            batch = self.gather(self.position)
         self.position += 1
         return batch
 
@@ -139,7 +153,7 @@ def official_step(
     from trm.measure.flops import model_flops
 
     mods = import_official(reference)
-    model_cfg, config = official_model_config(spec, shape, batches.steps[0]["inputs"].shape[0])
+    model_cfg, config = official_model_config(spec, shape, batches.batch_size)
     torch.manual_seed(config["seed"])
     with torch.device(device):
         inner = mods["models.recursive_reasoning.trm"].TinyRecursiveReasoningModel_ACTV1(model_cfg)
@@ -166,7 +180,7 @@ def official_step(
     if config["ema"]:
         ema = mods["models.ema"].EMAHelper(mu=config["ema_rate"])
         ema.register(model)
-    global_batch = batches.steps[0]["inputs"].shape[0]
+    global_batch = batches.batch_size
     state: dict[str, Any] = {"carry": None, "step": 0}
 
     def lr_at(step: int, base_lr: float) -> float:  # the official cosine with warm-up
@@ -211,6 +225,7 @@ def official_step(
         compiled=compiled,
         notes=tuple(notes),
         model=model,
+        ema=ema,
     )
 
 
@@ -299,7 +314,7 @@ def lucidrains_step(
     torch.manual_seed(spec.train.seed)
     model = build_lucidrains(config).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=spec.train.weight_decay)
-    batch_size = batches.steps[0]["inputs"].shape[0]
+    batch_size = batches.batch_size
     state: dict[str, Any] = {}
 
     def labels_of(batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -321,7 +336,7 @@ def lucidrains_step(
         return float(loss.detach())
 
     # its FLOPs per sample, counted on one eager step of two rows (forward + backward)
-    probe = {k: v[:2] for k, v in batches.steps[0].items()}
+    probe = {k: v[:2] for k, v in batches.first().items()}
     outputs, latents = model.get_initial()
     tokens = config["num_register_tokens"] + shape.seq_len
     with FlopCounterMode(display=False) as counter:
