@@ -218,7 +218,8 @@ def test_peers_names_a_missing_checkout_in_one_line(tmp_path):
         text=True,
         timeout=300,
     )
-    assert done.returncode == 2 and "--peers" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--peers" in done.stderr and "no such folder" in done.stderr
 
 
 PEERS_ROW = {
