@@ -2,7 +2,7 @@
 MFU against the same measured GEMM peak, and the ratio trm / peer.
 
 Usage: python benchmarks/peers.py [--reference PATH] [--shapes a,b,c] [--batch N]
-[--rounds 2] [--steps 1] [--warmup 1] [--json] [--out FILE] [--from-json FILE]
+[--rounds 2] [--steps 1] [--warmup 1] [--threads N] [--json] [--out FILE] [--from-json FILE]
 
 The peers (``benchmarks/peer_steps.py`` says how each is built and driven):
 
@@ -32,7 +32,9 @@ network differs, so its own forward + backward FLOPs are counted
 (``torch.utils.flop_counter``). The document records the load (``uptime``) before and after
 each shape; on a shared machine the figures move with it.
 
-Without ``--out`` nothing is written; ``--out FILE`` is rewritten after each shape.
+The peers' windows run inside trm's loop, so at trm's thread count (``--threads N`` sets it
+for all; on a CPU shared past its cores, one thread each avoids the collapse of OpenMP
+threads waiting on descheduled siblings). Without ``--out`` nothing is written; ``--out FILE`` is rewritten after each shape.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ from trm.measure.peak import measure_gemm_peak
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import choose_runtime, detect_hardware
 from trm.plugin_manager import load_plugins
-from trm.spec import load_spec, resolve_spec_path
+from trm.spec import apply_overrides, load_spec, resolve_spec_path
 
 SHAPES = ("sudoku-extreme-mlp", "maze-hard-att", "quickstart")
 PEERS = ("official", "lucidrains")
@@ -142,6 +144,9 @@ def peer_rows_unavailable(args: argparse.Namespace) -> dict[str, str]:
 def measure_shape(name: str, args: argparse.Namespace, log: Any) -> dict[str, Any]:
     """Every implementation on spec ``name``, alternated; the shape's part of the document."""
     spec = load_spec(resolve_spec_path(name))
+    if args.threads:
+        spec = apply_overrides(spec, [f"runtime.threads={args.threads}"])
+        torch.set_num_threads(args.threads)  # the peers' warm-up; trm's loop sets the same
     pm = load_plugins(list(BENCH_OFF))
     runtime = choose_runtime(pm, spec, detect_hardware(pm))
     device = runtime.device
@@ -249,6 +254,7 @@ def measure_shape(name: str, args: argparse.Namespace, log: Any) -> dict[str, An
     return {
         "shape": name,
         "device": device,
+        "threads": runtime.threads,
         "batch_size": batch,
         "seq_len": shape.seq_len,
         "rounds": args.rounds,
@@ -322,6 +328,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=2, help="windows of each implementation")
     parser.add_argument("--steps", type=int, default=1, help="steps in one window")
     parser.add_argument("--warmup", type=int, default=1, help="untimed first steps of each")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="CPU threads for every implementation (0: trm's choice, which the peers share)",
+    )
     parser.add_argument("--peak-seconds", type=float, default=1.0, help="per GEMM-peak probe")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--out", type=Path, help="write the JSON document there")
@@ -340,6 +352,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise TrmError(
             f"--warmup must be at least 1 (compilation happens there), got {args.warmup}"
         )
+    if args.threads < 0:
+        raise TrmError(f"--threads must be at least 0 (0: trm's choice), got {args.threads}")
     if args.batch < 0:
         raise TrmError(f"--batch must be positive (0: per shape), got {args.batch}")
     if args.reference is not None and not args.reference.is_dir():

@@ -2,7 +2,7 @@
 trained with its own step, on the same data, seed and global batch, on this machine.
 
 Usage: python benchmarks/time_to_accuracy.py --reference PATH [--tasks quickstart,sudoku9]
-[--cap-s 720] [--sequential] [--json] [--out FILE] [--from-json FILE]
+[--cap-s 720] [--threads N] [--sequential] [--json] [--out FILE] [--from-json FILE]
 
 Tasks: ``quickstart`` (4x4 Sudoku, threshold 95% held-out exact accuracy) and ``sudoku9``
 (spec sudoku9-laptop, 9x9 at 25–30 clues, threshold 80%). For each, the wall time from the
@@ -13,7 +13,8 @@ stopped at ``--cap-s`` (then the best accuracy reached is the figure).
   spec's staged curriculum), ``train.time_budget_s = 0`` so the step count is the spec's
   ``max_steps`` on both sides, evaluations every ``eval_interval`` steps on
   ``eval_max_examples`` held-out puzzles. Time: the run's ``wall_s`` at the evaluated step
-  (metrics.jsonl), which counts compilation and earlier evaluations, not data building.
+  (metrics.jsonl), which counts compilation and earlier evaluations. Both sides read the one
+  data set trm's source builds for the spec (``data.dir``), built before any clock starts.
 - official: its model, ACT loss head, optimizers (AdamW for AdamATan2; its sign-SGD
   puzzle-embedding optimizer), cosine schedule with warm-up over the same ``max_steps``,
   EMA (its EMAHelper) and ``torch.compile``, stepped as pretrain.py steps them
@@ -55,6 +56,7 @@ TASKS = {
 }
 SIDES = ("trm", "official")
 TRM_SETS = ("train.time_budget_s=0",)
+STARTUP_S = 20.0  # trm's process: imports and setup before its training clock starts
 
 
 def first_reaching(curve: list[dict[str, Any]], threshold: float) -> dict[str, Any] | None:
@@ -65,19 +67,35 @@ def first_reaching(curve: list[dict[str, Any]], threshold: float) -> dict[str, A
 # ---------------------------------------------------------------------------- trm's side
 
 
-def trm_side(task: str, cap_s: float, work: Path) -> dict[str, Any]:
-    """``trm run`` of the task's spec, stopped (SIGINT) at ``cap_s``; its evaluation curve."""
+def build_data(task: str, work: Path) -> Path:
+    """The task's data set, built once by trm's source for both sides (the reference's
+    format), before any clock starts."""
+    from trm.plan.dataset import ensure_dataset
+    from trm.plugin_manager import load_plugins
+    from trm.spec import load_spec, resolve_spec_path
+
+    spec = load_spec(resolve_spec_path(TASKS[task]["spec"]))
+    return ensure_dataset(load_plugins([]), spec, work / f"data-{task}", lambda line: None)
+
+
+def trm_side(
+    task: str, cap_s: float, work: Path, data_dir: Path, threads: int = 0
+) -> dict[str, Any]:
+    """``trm run`` of the task's spec on ``data_dir``, stopped (SIGINT) once ``cap_s`` of
+    its process have passed (plus :data:`STARTUP_S` for starting Python); its curve."""
     spec = TASKS[task]["spec"]
     run_dir = work / f"trm-{task}"
     command = [sys.executable, "-m", "trm", "run", spec, "--out", str(run_dir)]
     command += ["--resume", "never", "--replace"]
-    for item in TRM_SETS:
+    sets = [*TRM_SETS, f"data.dir={data_dir}"]
+    sets += [f"runtime.threads={threads}"] if threads else []
+    for item in sets:
         command += ["--set", item]
     log = (work / f"trm-{task}.log").open("w")
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
-        process.wait(timeout=cap_s)
+        process.wait(timeout=cap_s + STARTUP_S)
         capped = False
     except subprocess.TimeoutExpired:
         process.send_signal(signal.SIGINT)  # trm stops at the step's end and writes its summary
@@ -117,7 +135,9 @@ def trm_side(task: str, cap_s: float, work: Path) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- official side
 
 
-def official_side(task: str, cap_s: float, work: Path, reference: Path) -> dict[str, Any]:
+def official_side(
+    task: str, cap_s: float, work: Path, reference: Path, data_dir: Path, threads: int = 0
+) -> dict[str, Any]:
     """The official model trained with its step on trm's data for the task; its curve."""
     import numpy as np
     import torch
@@ -126,14 +146,12 @@ def official_side(task: str, cap_s: float, work: Path, reference: Path) -> dict[
     from trm.data.puzzle_dataset import open_split
     from trm.data.sampler import SplitIndex
     from trm.data.shape import read_shape
-    from trm.plan.dataset import ensure_dataset
-    from trm.plugin_manager import load_plugins
     from trm.spec import apply_overrides, load_spec, resolve_spec_path
 
     spec = apply_overrides(load_spec(resolve_spec_path(TASKS[task]["spec"])), list(TRM_SETS))
     train = spec.train
-    pm = load_plugins([])
-    data_dir = ensure_dataset(pm, spec, work / f"official-{task}", lambda line: None)
+    if threads:
+        torch.set_num_threads(threads)
     shape = read_shape(data_dir, spec.data.train_split)
     total = train.max_steps
     batches = Batches(spec, data_dir, train.global_batch_size, "cpu", count=None)
@@ -232,10 +250,13 @@ def table_rows(document: dict[str, Any]) -> list[list[str]]:
 def run_one(args: argparse.Namespace) -> int:
     """A single side of a single task (the child process); its JSON on stdout."""
     work = Path(args.work)
+    data_dir = Path(args.data)
     if args.side == "trm":
-        result = trm_side(args.one_task, args.cap_s, work)
+        result = trm_side(args.one_task, args.cap_s, work, data_dir, args.threads)
     else:
-        result = official_side(args.one_task, args.cap_s, work, args.reference)
+        result = official_side(
+            args.one_task, args.cap_s, work, args.reference, data_dir, args.threads
+        )
     print(json.dumps(result))
     return 0
 
@@ -245,6 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", type=Path, help="a TinyRecursiveModels checkout")
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated tasks")
     parser.add_argument("--cap-s", type=float, default=720.0, help="wall seconds per side")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads a side (0: default)")
     parser.add_argument("--sequential", action="store_true", help="one side at a time")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--out", type=Path, help="write the JSON document there")
@@ -253,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--one-task", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         tasks = [t for t in args.tasks.split(",") if t]
@@ -279,15 +302,19 @@ def main(argv: list[str] | None = None) -> int:
         "reference": str(args.reference),
         "cap_s": args.cap_s,
         "concurrent": not args.sequential,
+        "threads": args.threads or "default (trm's choice; torch's default for the official)",
         "tasks": [],
     }
     work = Path(tempfile.mkdtemp(prefix="trm-tta-"))
     try:
         jobs = []
+        data = {task: build_data(task, work) for task in tasks}
+        document["load_start_training"] = load()
         for task in tasks:
             for side in SIDES:
                 command = [sys.executable, __file__, "--side", side, "--one-task", task]
                 command += ["--work", str(work), "--cap-s", str(args.cap_s)]
+                command += ["--data", str(data[task]), "--threads", str(args.threads)]
                 command += ["--reference", str(args.reference)]
                 err = (work / f"{side}-{task}.err").open("w")
                 process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True)
