@@ -34,7 +34,8 @@ each shape; on a shared machine the figures move with it.
 
 The peers' windows run inside trm's loop, so at trm's thread count (``--threads N`` sets it
 for all; on a CPU shared past its cores, one thread each avoids the collapse of OpenMP
-threads waiting on descheduled siblings). Without ``--out`` nothing is written; ``--out FILE`` is rewritten after each shape.
+threads waiting on descheduled siblings). Without ``--out`` nothing is written; ``--out FILE``
+is rewritten after each shape.
 """
 
 from __future__ import annotations
