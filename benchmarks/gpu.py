@@ -304,6 +304,8 @@ def peers_command(reference: Path, shape: str, out: Path) -> list[str]:
         "3",
         "--steps",
         "5",
+        "--warmup",
+        "2",
         "--out",
         str(document),
     ]
