@@ -89,6 +89,7 @@ CANNED = {
                     "achieved_gflops": 679.3,
                     "mfu": 0.785,
                     "trm_over_peer": None,
+                    "window_samples_per_s": [15.0, 16.0],
                 },
                 {
                     "implementation": "official",
@@ -100,6 +101,7 @@ CANNED = {
                     "achieved_gflops": 617.4,
                     "mfu": 0.713,
                     "trm_over_peer": 1.1,
+                    "window_samples_per_s": [12.8, 12.0],
                 },
                 {"implementation": "lucidrains", "status": "not installed (pip install x)"},
             ],
@@ -111,8 +113,8 @@ CANNED = {
 def test_the_table_of_a_canned_document_names_every_row(peers):
     rows = peers.table_rows(CANNED)
     assert rows[0][:3] == ["sudoku-extreme-mlp", "32", "trm"]
-    assert rows[0][5:] == ["15.90", "42.724", "679.3", "0.785", "-"]
-    assert rows[1][2] == "official" and rows[1][-1] == "1.10"
+    assert rows[0][5:] == ["15.90", "42.724", "679.3", "0.785", "-", "-"]
+    assert rows[1][2] == "official" and rows[1][-2:] == ["1.10", "1.25"]
     assert rows[2][2:4] == ["lucidrains", "not installed (pip install x)"]
 
 
