@@ -1,6 +1,6 @@
 """The first GPU run: one command that shows trm works on an NVIDIA GPU, and how fast.
 
-Usage: python benchmarks/gpu.py --out DIR [--json] [--dry-run] [--bench-steps 5]
+Usage: python benchmarks/gpu.py --out DIR [--peers PATH] [--json] [--dry-run] [--bench-steps 5]
 [--bench-batch N] [--skip-bench] [--skip-torchrun] [--from-json FILE]
 
 Run it after the README's install (``pip install torch==2.13.0 -e .``, the CUDA build of torch
@@ -17,11 +17,21 @@ on Linux). Every stage runs ``trm`` (or torchrun) as a subprocess, so it tests w
    (``torch.cuda.max_memory_allocated`` per step);
 4. ``trm bench --json`` of the paper's shapes — the Sudoku MLP (specs/sudoku-extreme-mlp),
    Maze and ARC attention (maze-hard-att, arc-agi-1): samples/s, MFU against the GPU's
-   measured bf16 GEMM peak, and the plain eager fp32 loop of the same model
+   datasheet dense bf16 peak (the headline, where trm.measure.datasheet knows the GPU) and
+   against its measured bf16 GEMM peak, and the plain eager fp32 loop of the same model
    (``speedup_vs_plain``);
-5. with two GPUs or more: a 2-rank torchrun of the quickstart whose rank 1 is killed
+5. with ``--peers PATH`` (a TinyRecursiveModels checkout): ``benchmarks/peers.py`` for each
+   of the three shapes (the Sudoku MLP, the 900-token attention shape, the quickstart) —
+   trm's training step against the official model and lucidrains' tiny-recursive-model,
+   alternated, samples/s, MFU and trm / peer; each shape's document is kept in
+   ``DIR/peers``;
+6. with two GPUs or more: a 2-rank torchrun of the quickstart whose rank 1 is killed
    (SIGKILL, the faults plugin) at step 50 under ``--max-restarts 1``: the job must resume
    and end with both ranks' weights equal.
+
+Estimated time on one H100 (:data:`STAGE_ESTIMATE_S`, compilation included; the dry run
+prints them): about 8 minutes with ``--peers`` and one GPU, inside a 9-minute lease. The
+peer stages run last but the torchrun one, each stopped at :data:`PEERS_TIMEOUT_S`.
 
 It writes ``gpu-acceptance.json`` (one document) and ``gpu-acceptance.md`` (its tables, for
 docs/performance.md) into ``--out``, prints the table (or the JSON with ``--json``) and exits
@@ -48,6 +58,20 @@ BENCH_SPECS = ("sudoku-extreme-mlp", "maze-hard-att", "arc-agi-1")
 KILL_STEP = 50  # the step after which the torchrun stage kills rank 1
 DOCUMENT = "gpu-acceptance"
 STAGE_TIMEOUT_S = 3600
+BENCHMARKS = Path(__file__).resolve().parent
+PEER_SHAPES = ("sudoku-extreme-mlp", "maze-hard-att", "quickstart")
+PEERS_TIMEOUT_S = 120
+# Estimated seconds of each stage on one H100, compilation included (the 9-minute budget):
+# the quickstart's 800 steps with its evaluations; a bench's GEMM peaks, plain loop and
+# compiled loop; a peer shape's data, two compiles (trm, official) and 3 x 5 windows.
+STAGE_ESTIMATE_S = {
+    "environment": 10,
+    "quickstart": 100,
+    "memory estimate": 10,
+    "bench": 50,
+    "peers": 80,
+    "torchrun": 120,
+}
 
 
 # ---------------------------------------------------------------------------- environment
@@ -136,18 +160,27 @@ def trm(*args: str) -> list[str]:
     return [sys.executable, "-m", "trm", *args]
 
 
-def run_logged(command: list[str], log: Path, env: dict[str, str] | None = None) -> int:
-    """Run ``command`` with its output in ``log``; its exit status."""
+def run_logged(
+    command: list[str],
+    log: Path,
+    env: dict[str, str] | None = None,
+    timeout_s: float = STAGE_TIMEOUT_S,
+) -> int:
+    """Run ``command`` with its output in ``log``; its exit status (124 when it ran past
+    ``timeout_s`` and was stopped)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as handle:
-        done = subprocess.run(
-            command,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env=env,
-            check=False,
-            timeout=STAGE_TIMEOUT_S,
-        )
+        try:
+            done = subprocess.run(
+                command,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                env=env,
+                check=False,
+                timeout=timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            return 124
     return done.returncode
 
 
@@ -248,7 +281,59 @@ def bench_stage(spec: str, steps: int, batch: int | None, out: Path) -> dict[str
         "plain_samples_per_s",
         "speedup_vs_plain",
     )
-    return {"stage": f"bench {spec}", "ok": True, "detail": "", **{k: result[k] for k in keep}}
+    named = ("mfu_basis", "mfu_datasheet", "mfu_datasheet_basis", "headline_mfu")
+    return {
+        "stage": f"bench {spec}",
+        "ok": True,
+        "detail": "",
+        **{k: result[k] for k in keep},
+        **{k: result.get(k) for k in named},
+    }
+
+
+def peers_command(reference: Path, shape: str, out: Path) -> list[str]:
+    document = out / "peers" / f"peers-{shape}.json"
+    return [
+        sys.executable,
+        str(BENCHMARKS / "peers.py"),
+        "--reference",
+        str(reference),
+        "--shapes",
+        shape,
+        "--rounds",
+        "3",
+        "--steps",
+        "5",
+        "--warmup",
+        "2",
+        "--out",
+        str(document),
+    ]
+
+
+def peers_stage(reference: Path, shape: str, out: Path) -> dict[str, Any]:
+    """``benchmarks/peers.py`` of one shape: trm against the official model and lucidrains'."""
+    log = out / "logs" / f"peers-{shape}.log"
+    code = run_logged(peers_command(reference, shape, out), log, timeout_s=PEERS_TIMEOUT_S)
+    path = out / "peers" / f"peers-{shape}.json"
+    document = json.loads(path.read_text()) if path.exists() else {}
+    shapes = document.get("shapes") or [{}]
+    rows = [
+        {
+            k: row.get(k)
+            for k in ("implementation", "status", "samples_per_s", "mfu", "trm_over_peer")
+        }
+        for row in shapes[0].get("rows", [])
+    ]
+    measured = any(r["implementation"] == "trm" and r["status"] == "measured" for r in rows)
+    stopped = " (stopped at the stage's time limit)" if code == 124 else ""
+    return {
+        "stage": f"peers {shape}",
+        "ok": code == 0 and measured,
+        "detail": f"exit {code}{stopped}; {path.name}",
+        "batch_size": shapes[0].get("batch_size"),
+        "rows": rows,
+    }
 
 
 def torchrun_command(out: Path) -> list[str]:
@@ -302,11 +387,26 @@ def plan(args: argparse.Namespace, gpus: int) -> list[str]:
     """Every command the acceptance run would run, as shell lines."""
     import shlex
 
-    lines = [f"{sys.executable} {__file__} --probe   # the environment, in a child process"]
-    lines += [shlex.join(c) for c in quickstart_commands(args.out)]
+    def took(stage: str) -> str:
+        return f"   # about {STAGE_ESTIMATE_S[stage]} s"
+
+    lines = [
+        f"{sys.executable} {__file__} --probe   # the environment, in a child process"
+        + took("environment").replace("   #", ";")
+    ]
+    train, estimate = quickstart_commands(args.out)
+    lines += [
+        shlex.join(train) + took("quickstart"),
+        shlex.join(estimate) + took("memory estimate"),
+    ]
     if not args.skip_bench:
         lines += [
-            shlex.join(bench_command(s, args.bench_steps, args.bench_batch)) for s in BENCH_SPECS
+            shlex.join(bench_command(s, args.bench_steps, args.bench_batch)) + took("bench")
+            for s in BENCH_SPECS
+        ]
+    if args.peers is not None:
+        lines += [
+            shlex.join(peers_command(args.peers, s, args.out)) + took("peers") for s in PEER_SHAPES
         ]
     if not args.skip_torchrun:
         line = f"TRM_FAULTS=kill@{KILL_STEP} TRM_FAULTS_RANKS=1 " + shlex.join(
@@ -314,6 +414,15 @@ def plan(args: argparse.Namespace, gpus: int) -> list[str]:
         )
         lines.append(line + ("" if gpus >= 2 else "   # only with two GPUs or more"))
     return lines
+
+
+def estimated_s(args: argparse.Namespace, gpus: int) -> int:
+    """The acceptance run's estimated seconds on one H100 (:data:`STAGE_ESTIMATE_S`)."""
+    total = sum(STAGE_ESTIMATE_S[s] for s in ("environment", "quickstart", "memory estimate"))
+    total += 0 if args.skip_bench else STAGE_ESTIMATE_S["bench"] * len(BENCH_SPECS)
+    total += 0 if args.peers is None else STAGE_ESTIMATE_S["peers"] * len(PEER_SHAPES)
+    runs_torchrun = not args.skip_torchrun and gpus >= 2
+    return total + (STAGE_ESTIMATE_S["torchrun"] if runs_torchrun else 0)
 
 
 def table_rows(document: dict[str, Any]) -> list[list[str]]:
@@ -330,8 +439,26 @@ def table_rows(document: dict[str, Any]) -> list[list[str]]:
     for stage in document["stages"]:
         name = stage["stage"]
         verdict = "ok" if stage["ok"] else "FAILED"
-        if name.startswith("bench"):
-            figures = (
+        if name.startswith("peers"):
+            parts = []
+            for row in stage.get("rows", []):
+                if row["status"] != "measured":
+                    parts.append(f"{row['implementation']}: {row['status']}")
+                    continue
+                ratio = row.get("trm_over_peer")
+                parts.append(
+                    f"{row['implementation']} {fmt(row.get('samples_per_s'))} samples/s"
+                    + (f" (trm/{row['implementation']} {ratio:.2f}x)" if ratio else "")
+                )
+            figures = f"batch {stage.get('batch_size')}: " + "; ".join(parts)
+        elif name.startswith("bench"):
+            headline = ""
+            if stage.get("mfu_datasheet") is not None:
+                headline = (
+                    f"MFU {fmt(100 * stage['mfu_datasheet'])}% of the "
+                    f"{stage.get('mfu_datasheet_basis')}; "
+                )
+            figures = headline + (
                 f"{fmt(stage.get('samples_per_s'))} samples/s, MFU "
                 f"{fmt(100 * stage['mfu'] if stage.get('mfu') is not None else None)}% of "
                 f"{fmt(stage.get('peak_gflops'), 0)} GFLOP/s ({stage.get('precision')}), "
@@ -418,6 +545,9 @@ def acceptance(args: argparse.Namespace, found: dict[str, Any]) -> dict[str, Any
     if not args.skip_bench:
         for spec in BENCH_SPECS:
             record(bench_stage(spec, args.bench_steps, args.bench_batch, out))
+    if getattr(args, "peers", None) is not None:
+        for shape in PEER_SHAPES:
+            record(peers_stage(args.peers, shape, out))
     if not args.skip_torchrun and len(found.get("gpus") or []) >= 2:
         record(torchrun_stage(out))
     document["complete"] = True
@@ -437,6 +567,12 @@ def probe_in_child() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="folder for the runs, logs and the document")
+    parser.add_argument(
+        "--peers",
+        type=Path,
+        metavar="PATH",
+        help="a TinyRecursiveModels checkout: add trm against its model (and lucidrains')",
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON document")
     parser.add_argument("--dry-run", action="store_true", help="print what would run")
     parser.add_argument("--bench-steps", type=int, default=5, help="timed steps of trm bench")
@@ -455,18 +591,28 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out DIR is required: the runs, logs and the document go there")
+    if args.peers is not None and not args.peers.is_dir():
+        parser.error(f"--peers {args.peers}: no such folder; give a TinyRecursiveModels checkout")
     found = probe_in_child()
     gpus = len(found.get("gpus") or [])
     if args.dry_run or not found.get("cuda_available"):
         why = "asked for (--dry-run)" if args.dry_run else environment_stage(found)["detail"]
         commands = plan(args, gpus)
+        total_s = estimated_s(args, gpus)
         if args.json:
-            print(json.dumps({"dry_run": True, "reason": why, "commands": commands}, indent=2))
+            document = {
+                "dry_run": True,
+                "reason": why,
+                "commands": commands,
+                "estimated_s_on_one_h100": total_s,
+            }
+            print(json.dumps(document, indent=2))
         else:
             print(f"dry run: {why}; nothing is run or written. On a CUDA machine this runs:")
             for line in commands:
                 print(f"  {line}")
             print(f"and writes {args.out / (DOCUMENT + '.json')} and {DOCUMENT}.md there")
+            print(f"estimated time on one H100: about {total_s / 60:.1f} minutes")
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
     document = acceptance(args, found)

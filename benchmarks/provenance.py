@@ -72,3 +72,13 @@ def provenance(argv: list[str] | None = None) -> dict[str, Any]:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "load_average": load,
     }
+
+
+def load() -> dict[str, Any]:
+    """The 1-minute load average and ``uptime``'s line, now (for documents that record the
+    load at several points of a run)."""
+    try:
+        uptime = subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        uptime = ""
+    return {"loadavg_1min": round(os.getloadavg()[0], 2), "uptime": uptime.strip()}

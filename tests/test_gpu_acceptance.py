@@ -178,3 +178,105 @@ def test_a_finished_run_marks_its_document_complete(gpu, tmp_path, monkeypatch):
     saved = json.loads((tmp_path / "gpu-acceptance.json").read_text())
     assert saved == document and saved["complete"] is True
     assert len(saved["stages"]) == 3
+
+
+def test_with_peers_the_dry_run_adds_the_three_shapes_and_fits_nine_minutes(tmp_path):
+    reference = tmp_path / "TinyRecursiveModels"
+    reference.mkdir()
+    out = tmp_path / "acceptance"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu.py"), "--out", str(out), "--peers", str(reference)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    peers = [line for line in done.stdout.splitlines() if "benchmarks/peers.py" in line]
+    assert len(peers) == 3
+    shapes = ("sudoku-extreme-mlp", "maze-hard-att", "quickstart")
+    for shape, line in zip(shapes, peers, strict=True):
+        assert f"--reference {reference} --shapes {shape}" in line and "# about" in line
+    assert "estimated time on one H100: about" in done.stdout
+    assert not out.exists()
+    command = [sys.executable, str(BENCHMARKS / "gpu.py"), "--out", str(out)]
+    as_json = subprocess.run(
+        [*command, "--peers", str(reference), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    document = json.loads(as_json.stdout)
+    assert len(document["commands"]) == 10
+    assert document["estimated_s_on_one_h100"] <= 9 * 60
+
+
+def test_peers_names_a_missing_checkout_in_one_line(tmp_path):
+    command = [sys.executable, str(BENCHMARKS / "gpu.py"), "--out", str(tmp_path / "a")]
+    done = subprocess.run(
+        [*command, "--peers", str(tmp_path / "absent")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "--peers" in done.stderr and "no such folder" in done.stderr
+
+
+PEERS_ROW = {
+    "stage": "peers sudoku-extreme-mlp",
+    "ok": True,
+    "detail": "exit 0; peers-sudoku-extreme-mlp.json",
+    "batch_size": 256,
+    "rows": [
+        {"implementation": "trm", "status": "measured", "samples_per_s": 6000.0, "mfu": 0.4},
+        {
+            "implementation": "official",
+            "status": "measured",
+            "samples_per_s": 4000.0,
+            "mfu": 0.27,
+            "trm_over_peer": 1.5,
+        },
+        {"implementation": "lucidrains", "status": "not installed (pip install x)"},
+    ],
+}
+
+
+def test_the_peer_stages_are_written_after_each_and_tabled(gpu, tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu, "quickstart_stage", lambda out: tuple(CANNED["stages"][1:3]))
+    shapes = []
+
+    def peers_then_stopped(reference, shape, out):
+        shapes.append(shape)
+        if len(shapes) == 2:
+            raise KeyboardInterrupt
+        return {**PEERS_ROW, "stage": f"peers {shape}"}
+
+    monkeypatch.setattr(gpu, "peers_stage", peers_then_stopped)
+    args = gpu.argparse.Namespace(
+        out=tmp_path,
+        skip_bench=True,
+        skip_torchrun=True,
+        bench_steps=5,
+        bench_batch=None,
+        peers=tmp_path,
+    )
+    with pytest.raises(KeyboardInterrupt):
+        gpu.acceptance(args, {**CANNED["environment"], "cuda_available": True, "bf16": True})
+    saved = json.loads((tmp_path / "gpu-acceptance.json").read_text())
+    assert saved["stages"][-1]["stage"] == "peers sudoku-extreme-mlp"
+    assert saved["complete"] is False
+    row = next(line for line in gpu.markdown(saved).splitlines() if "peers sudoku" in line)
+    assert "batch 256: trm 6000.0 samples/s; official 4000.0 samples/s (trm/official 1.50x)" in row
+    assert "lucidrains: not installed" in row
+
+
+def test_a_bench_stage_leads_with_mfu_against_the_datasheet_peak(gpu):
+    stage = {
+        **CANNED["stages"][3],
+        "mfu_datasheet": 0.301,
+        "mfu_datasheet_basis": "datasheet dense bf16 peak of the H100 SXM, 989 TFLOP/s",
+    }
+    document = {**CANNED, "stages": [stage]}
+    row = gpu.table_rows(document)[0][2]
+    assert row.startswith("MFU 30.1% of the datasheet dense bf16 peak of the H100 SXM")
+    assert "MFU 41.2% of 702000 GFLOP/s (bf16)" in row

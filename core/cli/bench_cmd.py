@@ -11,6 +11,7 @@ from trm.cli.common import add_set_option, positive_int, positive_seconds
 from trm.cli.output import info, print_json
 from trm.errors import TrmError
 from trm.measure.bench import CPU_DEFAULT_BATCH, BenchResult, choose_batches, run_bench
+from trm.measure.datasheet import accelerator_name
 from trm.plan.pipeline import choose_runtime, detect_hardware
 from trm.plugin_manager import load_plugins
 from trm.spec import apply_overrides, load_spec, resolve_spec_path
@@ -77,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         log=info,
         peak_s=args.peak_seconds,
         plain_batch_size=batches.plain,
+        device_name=accelerator_name(hardware, batches.runtime.device),
     )
     if args.json:
         print_json(result.to_dict())
@@ -95,7 +97,9 @@ def print_table(r: BenchResult) -> None:
     table.add_row("model FLOPs per sample", f"{r.flops_per_sample / 1e9:.2f} G")
     table.add_row("achieved", f"{r.achieved_gflops:.1f} GFLOP/s")
     table.add_row(f"matmul peak ({r.precision})", f"{r.peak_gflops:.1f} GFLOP/s")
-    table.add_row("MFU", f"{r.mfu:.3f}")
+    if r.mfu_datasheet is not None:
+        table.add_row(f"MFU ({r.mfu_datasheet_basis})", f"{r.mfu_datasheet:.3f}")
+    table.add_row(f"MFU ({r.mfu_basis})", f"{r.mfu:.3f}")
     if r.plain_samples_per_s is not None:
         plain_batch = "" if r.plain_batch_size == r.batch_size else f", batch {r.plain_batch_size}"
         table.add_row(f"samples/s (plain eager fp32{plain_batch})", f"{r.plain_samples_per_s:.3f}")

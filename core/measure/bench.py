@@ -42,6 +42,7 @@ from trm.hardware import HardwareProfile
 from trm.hookspecs import hookimpl
 from trm.loop import Trainer
 from trm.loop.step import StepSetup, attempt_step
+from trm.measure.datasheet import datasheet_peak
 from trm.measure.flops import model_flops
 from trm.measure.peak import GemmPeak, measure_gemm_peak
 from trm.memory import DEFAULT_MODE
@@ -116,6 +117,16 @@ class BenchResult:
     other_load_trm: float
     other_load_plain: float | None
     notes: tuple[str, ...]
+    # MFU as the field counts it (trm.measure.datasheet): on a GPU in the datasheet table,
+    # against its dense bf16 peak, the headline; ``mfu`` stays against the measured peak.
+    device_model: str | None = None
+    mfu_basis: str = "measured GEMM peak"
+    datasheet_peak_gflops: float | None = None
+    datasheet_source: str | None = None
+    mfu_datasheet: float | None = None
+    mfu_datasheet_basis: str | None = None
+    headline_mfu: float | None = None
+    headline_mfu_basis: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -380,6 +391,7 @@ def run_bench(
     work_dir: Path | None = None,
     peak_s: float = 1.5,
     plain_batch_size: int | None = None,
+    device_name: str | None = None,
 ) -> BenchResult:
     """Measure trm (and the plain eager fp32 loop) on ``spec``; see the module docstring.
 
@@ -387,7 +399,8 @@ def run_bench(
     when None). ``log`` receives one line per phase. ``peak_s`` is the time given to each
     GEMM peak measurement. The plain loop trains ``plain_batch_size`` samples a step
     (None: ``batch_size``; see :func:`choose_batches`). A loop that runs out of device memory
-    is a TrmError naming the loop and its batch.
+    is a TrmError naming the loop and its batch. ``device_name`` (the GPU's name as its
+    driver reports it) adds MFU against its datasheet peak where the table knows it.
     """
     plain_batch = plain_batch_size or batch_size
     owned = work_dir is None
@@ -442,6 +455,9 @@ def run_bench(
     achieved = trm_timing.samples_per_s * per_sample / 1e9
     plain_rate = plain_timing.samples_per_s if plain_timing else None
     plain_gflops = plain_rate * per_sample / 1e9 if plain_rate else None
+    sheet = datasheet_peak(device_name)
+    mfu_basis = f"measured {precision} GEMM peak, {peak.gflops:.0f} GFLOP/s"
+    mfu_sheet = achieved / sheet.gflops if sheet else None
     return BenchResult(
         spec=spec.name,
         device=device,
@@ -475,6 +491,14 @@ def run_bench(
         other_load_trm=trm_load.fraction,
         other_load_plain=plain_load.fraction if plain_load else None,
         notes=runtime.notes,
+        device_model=sheet.model if sheet else device_name,
+        mfu_basis=mfu_basis,
+        datasheet_peak_gflops=sheet.gflops if sheet else None,
+        datasheet_source=sheet.source if sheet else None,
+        mfu_datasheet=mfu_sheet,
+        mfu_datasheet_basis=sheet.describe() if sheet else None,
+        headline_mfu=mfu_sheet if sheet else achieved / peak.gflops,
+        headline_mfu_basis=sheet.describe() if sheet else mfu_basis,
     )
 
 

@@ -1,0 +1,362 @@
+"""Time to accuracy, side by side: ``trm run`` against the official TinyRecursiveModels model
+trained with its own step, on the same data, seed and global batch, on this machine.
+
+Usage: python benchmarks/time_to_accuracy.py --reference PATH [--tasks quickstart,sudoku9]
+[--cap-s 720] [--threads N] [--sequential] [--json] [--out FILE] [--from-json FILE]
+
+Tasks: ``quickstart`` (4x4 Sudoku, threshold 95% held-out exact accuracy) and ``sudoku9``
+(spec sudoku9-laptop, 9x9 at 25–30 clues, threshold 80%). For each, the wall time from the
+start of training until the held-out exact accuracy first reaches the threshold, each side
+stopped at ``--cap-s`` (then the best accuracy reached is the figure).
+
+- trm: ``trm run SPEC`` as shipped (its plugins, compile and precision choices; the 9x9
+  spec's staged curriculum), ``train.time_budget_s = 0`` so the step count is the spec's
+  ``max_steps`` on both sides, evaluations every ``eval_interval`` steps on
+  ``eval_max_examples`` held-out puzzles. Time: the run's ``wall_s`` at the evaluated step
+  (metrics.jsonl), which counts compilation and earlier evaluations. Both sides read the one
+  data set trm's source builds for the spec (``data.dir``), built before any clock starts.
+- official: its model, ACT loss head, optimizers (AdamW for AdamATan2; its sign-SGD
+  puzzle-embedding optimizer), cosine schedule with warm-up over the same ``max_steps``,
+  EMA (its EMAHelper) and ``torch.compile``, stepped as pretrain.py steps them
+  (``benchmarks/peer_steps.py``), on the data set trm builds for the spec (the reference's
+  format), batches in trm's sampling order; evaluated as pretrain.py evaluates: on an EMA
+  copy (``ema_copy``), in eval mode (every puzzle runs ``halt_max_steps`` supervision steps),
+  exact accuracy from its loss head's ``exact_accuracy`` / ``count``, at the same steps on
+  the same held-out puzzles. Time: wall seconds since its first step, compilation and
+  earlier evaluations counted.
+
+By default every side of every task runs at once (one process each) so that all share the
+machine's load alike (a shared CPU: ``uptime`` is recorded before and after);
+``--sequential`` runs them one after the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tables, provenance, peer_steps
+
+from provenance import load, provenance
+from tables import print_rows
+
+from trm.errors import TrmError
+
+TASKS = {
+    "quickstart": {"spec": "quickstart", "threshold": 0.95},
+    "sudoku9": {"spec": "sudoku9-laptop", "threshold": 0.80},
+}
+SIDES = ("trm", "official")
+TRM_SETS = ("train.time_budget_s=0",)
+STARTUP_S = 20.0  # trm's process: imports and setup before its training clock starts
+
+
+def first_reaching(curve: list[dict[str, Any]], threshold: float) -> dict[str, Any] | None:
+    """The first point of ``curve`` whose exact accuracy is at least ``threshold``."""
+    return next((p for p in curve if p["exact_accuracy"] >= threshold), None)
+
+
+# ---------------------------------------------------------------------------- trm's side
+
+
+def build_data(task: str, work: Path) -> Path:
+    """The task's data set, built once by trm's source for both sides (the reference's
+    format), before any clock starts."""
+    from trm.plan.dataset import ensure_dataset
+    from trm.plugin_manager import load_plugins
+    from trm.spec import load_spec, resolve_spec_path
+
+    spec = load_spec(resolve_spec_path(TASKS[task]["spec"]))
+    return ensure_dataset(load_plugins([]), spec, work / f"data-{task}", lambda line: None)
+
+
+def trm_side(
+    task: str, cap_s: float, work: Path, data_dir: Path, threads: int = 0
+) -> dict[str, Any]:
+    """``trm run`` of the task's spec on ``data_dir``, stopped (SIGINT) once ``cap_s`` of
+    its process have passed (plus :data:`STARTUP_S` for starting Python); its curve."""
+    spec = TASKS[task]["spec"]
+    run_dir = work / f"trm-{task}"
+    command = [sys.executable, "-m", "trm", "run", spec, "--out", str(run_dir)]
+    command += ["--resume", "never", "--replace"]
+    sets = [*TRM_SETS, f"data.dir={data_dir}"]
+    sets += [f"runtime.threads={threads}"] if threads else []
+    for item in sets:
+        command += ["--set", item]
+    log = (work / f"trm-{task}.log").open("w")
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        process.wait(timeout=cap_s + STARTUP_S)
+        capped = False
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)  # trm stops at the step's end and writes its summary
+        capped = True
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    log.close()
+    rows = []
+    path = run_dir / "metrics.jsonl"
+    if path.exists():
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    wall_at = {r["step"]: r["wall_s"] for r in rows if "kind" not in r and "wall_s" in r}
+    curve = [
+        {
+            "step": r["step"],
+            "wall_s": wall_at.get(r["step"]),
+            "exact_accuracy": r["exact_accuracy"],
+        }
+        for r in rows
+        if r.get("kind") == "eval" and "exact_accuracy" in r
+    ]
+    steps = [r["step"] for r in rows if "kind" not in r]
+    return {
+        "side": "trm",
+        "command": subprocess.list2cmdline(command),
+        "exit_code": process.returncode,
+        "capped": capped,
+        "process_wall_s": round(time.perf_counter() - started, 1),
+        "steps_done": max(steps, default=0),
+        "curve": curve,
+    }
+
+
+# ---------------------------------------------------------------------------- official side
+
+
+def official_side(
+    task: str, cap_s: float, work: Path, reference: Path, data_dir: Path, threads: int = 0
+) -> dict[str, Any]:
+    """The official model trained with its step on trm's data for the task; its curve."""
+    import numpy as np
+    import torch
+    from peer_steps import Batches, official_step
+
+    from trm.data.puzzle_dataset import open_split
+    from trm.data.sampler import SplitIndex
+    from trm.data.shape import read_shape
+    from trm.spec import apply_overrides, load_spec, resolve_spec_path
+
+    spec = apply_overrides(load_spec(resolve_spec_path(TASKS[task]["spec"])), list(TRM_SETS))
+    train = spec.train
+    if threads:
+        torch.set_num_threads(threads)
+    shape = read_shape(data_dir, spec.data.train_split)
+    total = train.max_steps
+    batches = Batches(spec, data_dir, train.global_batch_size, "cpu", count=None)
+    peer = official_step(reference, spec, shape, batches, "cpu", total)
+    model, ema = peer.model, peer.ema  # the EMA pretrain.py keeps (updated in peer.step)
+    test = SplitIndex(open_split(data_dir / spec.data.eval_split))
+    count = test.split.num_examples
+    if train.eval_max_examples:
+        count = min(count, train.eval_max_examples)
+    examples = list(range(count))
+
+    def evaluate() -> float:
+        scored = model if ema is None else ema.ema_copy(model)
+        scored.eval()
+        exact = total_count = 0.0
+        with torch.inference_mode():
+            for start in range(0, count, train.global_batch_size):
+                rows = test.gather(np.asarray(examples[start : start + train.global_batch_size]))
+                batch = {k: torch.from_numpy(v) for k, v in rows.items()}
+                carry = scored.initial_carry(batch)
+                while True:
+                    carry, _, metrics, _, finished = scored(
+                        carry=carry, batch=batch, return_keys=[]
+                    )
+                    if finished:
+                        break
+                exact += float(metrics["exact_accuracy"])
+                total_count += float(metrics["count"])
+        return exact / max(total_count, 1.0)
+
+    curve: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    step = 0
+    capped = False
+    while step < total:
+        peer.step()
+        step += 1
+        wall_s = time.perf_counter() - started
+        if wall_s >= cap_s:
+            capped = True
+        if step % train.eval_interval == 0 or step == total or capped:
+            curve.append({"step": step, "wall_s": round(wall_s, 3), "exact_accuracy": evaluate()})
+        if capped:
+            break
+    return {
+        "side": "official",
+        "capped": capped,
+        "process_wall_s": round(time.perf_counter() - started, 1),
+        "steps_done": step,
+        "curve": curve,
+        "notes": [
+            *peer.notes,
+            "batches in trm's sampling order of trm's data set (no curriculum)",
+        ],
+    }
+
+
+# ---------------------------------------------------------------------------- the document
+
+
+def side_summary(side: dict[str, Any], threshold: float) -> dict[str, Any]:
+    hit = first_reaching(side["curve"], threshold)
+    best = max((p["exact_accuracy"] for p in side["curve"]), default=None)
+    return {
+        "time_to_threshold_s": hit["wall_s"] if hit else None,
+        "step_at_threshold": hit["step"] if hit else None,
+        "best_exact_accuracy": best,
+    }
+
+
+HEADERS = ("task", "threshold", "side", "steps done", "time to threshold", "best exact", "capped")
+
+
+def table_rows(document: dict[str, Any]) -> list[list[str]]:
+    out = []
+    for task in document["tasks"]:
+        for side in task["sides"]:
+            s = side["summary"]
+            reached = s["time_to_threshold_s"]
+            out.append(
+                [
+                    task["task"],
+                    f"{task['threshold']:.0%}",
+                    side["side"],
+                    str(side["steps_done"]),
+                    f"{reached:.0f} s (step {s['step_at_threshold']})"
+                    if reached is not None
+                    else "not reached",
+                    "-" if s["best_exact_accuracy"] is None else f"{s['best_exact_accuracy']:.3f}",
+                    f"yes, at {document['cap_s']:.0f} s" if side["capped"] else "no",
+                ]
+            )
+    return out
+
+
+def run_one(args: argparse.Namespace) -> int:
+    """A single side of a single task (the child process); its JSON on stdout."""
+    work = Path(args.work)
+    data_dir = Path(args.data)
+    if args.side == "trm":
+        result = trm_side(args.one_task, args.cap_s, work, data_dir, args.threads)
+    else:
+        result = official_side(
+            args.one_task, args.cap_s, work, args.reference, data_dir, args.threads
+        )
+    print(json.dumps(result))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reference", type=Path, help="a TinyRecursiveModels checkout")
+    parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated tasks")
+    parser.add_argument("--cap-s", type=float, default=720.0, help="wall seconds per side")
+    parser.add_argument("--threads", type=int, default=0, help="CPU threads a side (0: default)")
+    parser.add_argument("--sequential", action="store_true", help="one side at a time")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--out", type=Path, help="write the JSON document there")
+    parser.add_argument("--from-json", type=Path, help="print the table of a saved document")
+    parser.add_argument("--markdown", action="store_true", help="the table as markdown")
+    parser.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--one-task", help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        tasks = [t for t in args.tasks.split(",") if t]
+        unknown = [t for t in tasks if t not in TASKS]
+        if unknown:
+            raise TrmError(f"--tasks: unknown {', '.join(unknown)}; choose from {', '.join(TASKS)}")
+        if args.cap_s <= 0:
+            raise TrmError(f"--cap-s must be positive, got {args.cap_s}")
+        if not args.from_json and (args.reference is None or not args.reference.is_dir()):
+            raise TrmError("--reference PATH must name a TinyRecursiveModels checkout")
+    except TrmError as exc:
+        print(f"trm: error: {exc}", file=sys.stderr)
+        return 2
+    if args.from_json:
+        document = json.loads(args.from_json.read_text())
+        print_rows(HEADERS, table_rows(document), markdown=args.markdown)
+        return 0
+    if args.side:
+        return run_one(args)
+
+    document: dict[str, Any] = {
+        "kind": "trm-time-to-accuracy",
+        "provenance": provenance(),
+        "reference": str(args.reference),
+        "cap_s": args.cap_s,
+        "concurrent": not args.sequential,
+        "threads": args.threads or "default (trm's choice; torch's default for the official)",
+        "tasks": [],
+    }
+    work = Path(tempfile.mkdtemp(prefix="trm-tta-"))
+    try:
+        jobs = []
+        data = {task: build_data(task, work) for task in tasks}
+        document["load_start_training"] = load()
+        for task in tasks:
+            for side in SIDES:
+                command = [sys.executable, __file__, "--side", side, "--one-task", task]
+                command += ["--work", str(work), "--cap-s", str(args.cap_s)]
+                command += ["--data", str(data[task]), "--threads", str(args.threads)]
+                command += ["--reference", str(args.reference)]
+                err = (work / f"{side}-{task}.err").open("w")
+                process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True)
+                jobs.append((task, side, process, err))
+                if args.sequential:
+                    process.wait()
+        results: dict[tuple[str, str], dict[str, Any]] = {}
+        for task, side, process, err in jobs:
+            out, _ = process.communicate()
+            err.close()
+            try:
+                results[task, side] = json.loads(out.strip().splitlines()[-1])
+            except (IndexError, json.JSONDecodeError):
+                tail = (work / f"{side}-{task}.err").read_text().strip().splitlines()[-3:]
+                results[task, side] = {
+                    "side": side,
+                    "failed": tail,
+                    "curve": [],
+                    "capped": False,
+                    "steps_done": 0,
+                }
+        for task in tasks:
+            threshold = TASKS[task]["threshold"]
+            sides = []
+            for side in SIDES:
+                result = results[task, side]
+                result["summary"] = side_summary(result, threshold)
+                sides.append(result)
+            document["tasks"].append(
+                {"task": task, "spec": TASKS[task]["spec"], "threshold": threshold, "sides": sides}
+            )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    document["load_end"] = load()
+    if args.out:
+        args.out.write_text(json.dumps(document, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(document, indent=2))
+    else:
+        print_rows(HEADERS, table_rows(document), markdown=args.markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

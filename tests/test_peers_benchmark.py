@@ -1,0 +1,198 @@
+"""benchmarks/peers.py and time_to_accuracy.py: the windows alternate trm and each peer, a
+peer that is not there is a row that says so, bad input is one line, the tables of canned
+documents; with a TinyRecursiveModels checkout named by TRM_REFERENCE_CHECKOUT, the official
+model steps on trm's data."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name: str):
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def peers():
+    return _load("peers")
+
+
+@pytest.fixture(scope="module")
+def tta():
+    return _load("time_to_accuracy")
+
+
+class _FakePeer:
+    def __init__(self, name: str, calls: list[str]) -> None:
+        self.name, self.calls = name, calls
+
+    def step(self) -> float:
+        self.calls.append(self.name)
+        return 0.0
+
+
+def test_the_windows_alternate_trm_and_each_peer_after_the_warm_up(peers):
+    calls: list[str] = []
+    fakes = [_FakePeer("official", calls), _FakePeer("lucidrains", calls)]
+    alternator = peers.Alternator(fakes, warmup=2, steps=3, sync=lambda: None)
+    alternator.on_train_start()
+    for _ in range(2 + 2 * 3):
+        calls.append("trm")
+        alternator.on_step()
+    assert alternator.order == ["trm", "official", "lucidrains"] * 2
+    assert calls == (["trm"] * 2) + (["trm"] * 3 + ["official"] * 3 + ["lucidrains"] * 3) * 2
+    assert len(alternator.trm_warmup_s) == 2
+    assert {k: len(v) for k, v in alternator.windows_s.items()} == {
+        "trm": 2,
+        "official": 2,
+        "lucidrains": 2,
+    }
+
+
+def test_a_peer_not_given_or_not_installed_is_a_row_that_says_so(peers, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tiny_recursive_model", None)  # import fails
+    args = peers.argparse.Namespace(peers=["official", "lucidrains"], reference=None)
+    missing = peers.peer_rows_unavailable(args)
+    assert missing["official"].startswith("not given (--reference PATH")
+    assert missing["lucidrains"].startswith("not installed")
+    args.reference = tmp_path  # a folder that is no checkout
+    assert "not importable" in peers.peer_rows_unavailable(args)["official"]
+
+
+CANNED = {
+    "shapes": [
+        {
+            "shape": "sudoku-extreme-mlp",
+            "batch_size": 32,
+            "rows": [
+                {
+                    "implementation": "trm",
+                    "status": "measured",
+                    "precision": "bf16",
+                    "compiled": True,
+                    "samples_per_s": 15.9,
+                    "gflop_per_sample": 42.7245,
+                    "achieved_gflops": 679.3,
+                    "mfu": 0.785,
+                    "trm_over_peer": None,
+                    "window_samples_per_s": [15.0, 16.0],
+                },
+                {
+                    "implementation": "official",
+                    "status": "measured",
+                    "precision": "bf16",
+                    "compiled": True,
+                    "samples_per_s": 14.45,
+                    "gflop_per_sample": 42.7245,
+                    "achieved_gflops": 617.4,
+                    "mfu": 0.713,
+                    "trm_over_peer": 1.1,
+                    "window_samples_per_s": [12.8, 12.0],
+                },
+                {"implementation": "lucidrains", "status": "not installed (pip install x)"},
+            ],
+        }
+    ]
+}
+
+
+def test_the_table_of_a_canned_document_names_every_row(peers):
+    rows = peers.table_rows(CANNED)
+    assert rows[0][:3] == ["sudoku-extreme-mlp", "32", "trm"]
+    assert rows[0][5:] == ["15.90", "42.724", "679.3", "0.785", "-", "-"]
+    assert rows[1][2] == "official" and rows[1][-2:] == ["1.10", "1.25"]
+    assert rows[2][2:4] == ["lucidrains", "not installed (pip install x)"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--rounds", "0"], "--rounds"),
+        (["--warmup", "0"], "--warmup"),
+        (["--peers", "nobody"], "--peers: unknown nobody"),
+        (["--reference", "/no/such/checkout"], "no such folder"),
+        (["--shapes", "no-such-spec"], "no-such-spec"),
+    ],
+)
+def test_peers_rejects_bad_input_in_one_line(args, message, tmp_path):
+    out = tmp_path / "peers.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "peers.py"), *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trm: error:") and message in lines[0]
+    assert not out.exists()
+
+
+def test_time_to_accuracy_takes_the_first_evaluation_at_the_threshold(tta):
+    curve = [
+        {"step": 100, "wall_s": 10.0, "exact_accuracy": 0.5},
+        {"step": 200, "wall_s": 20.0, "exact_accuracy": 0.96},
+        {"step": 300, "wall_s": 30.0, "exact_accuracy": 0.99},
+    ]
+    assert tta.first_reaching(curve, 0.95)["step"] == 200
+    assert tta.first_reaching(curve, 0.995) is None
+    summary = tta.side_summary({"curve": curve}, 0.995)
+    assert summary == {
+        "time_to_threshold_s": None,
+        "step_at_threshold": None,
+        "best_exact_accuracy": 0.99,
+    }
+
+
+def test_time_to_accuracy_needs_a_reference_checkout(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "time_to_accuracy.py"), "--tasks", "quickstart"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and done.stderr.startswith("trm: error: --reference")
+
+
+REFERENCE = os.environ.get("TRM_REFERENCE_CHECKOUT")
+
+
+@pytest.mark.skipif(not REFERENCE, reason="TRM_REFERENCE_CHECKOUT names no checkout")
+def test_the_official_model_trains_a_step_on_trms_quickstart_data(tmp_path, monkeypatch):
+    pytest.importorskip("pydantic")
+    pytest.importorskip("einops")
+    _load("peers")  # puts benchmarks/ on sys.path
+    from peer_steps import Batches, official_step
+
+    from trm.data.shape import read_shape
+    from trm.plan.dataset import ensure_dataset
+    from trm.plugin_manager import load_plugins
+    from trm.spec import load_spec, resolve_spec_path
+
+    monkeypatch.setenv("DISABLE_COMPILE", "1")
+    spec = load_spec(resolve_spec_path("quickstart"))
+    pm = load_plugins([])
+    from trm.measure.bench import small_data_spec
+
+    data_dir = ensure_dataset(pm, small_data_spec(spec, pm, 8), tmp_path, lambda line: None)
+    shape = read_shape(data_dir, "train")
+    peer = official_step(Path(REFERENCE), spec, shape, Batches(spec, data_dir, 8, "cpu"), "cpu", 4)
+    losses = [peer.step() for _ in range(2)]
+    assert all(loss > 0 for loss in losses) and not peer.compiled
+    assert peer.batch_size == 8 and peer.ema is not None
+    assert any("AdamW in place of the official AdamATan2" in n for n in peer.notes)
+    json.dumps(losses)
