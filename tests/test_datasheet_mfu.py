@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trm.hardware import GpuInfo, HardwareProfile
+from trm.hardware import AcceleratorInfo, HardwareProfile
 from trm.measure.bench import run_bench
 from trm.measure.datasheet import accelerator_name, datasheet_peak
 from trm.plan.pipeline import choose_runtime, detect_hardware
@@ -44,7 +44,10 @@ def test_a_name_outside_the_table_has_no_datasheet_peak(reported):
 
 def test_the_accelerator_name_is_the_gpu_of_the_device_index():
     hardware = HardwareProfile(
-        gpus=(GpuInfo(index=0, name="NVIDIA H100 80GB HBM3"), GpuInfo(index=1, name="NVIDIA L4"))
+        accelerators=(
+            AcceleratorInfo(kind="cuda", index=0, name="NVIDIA H100 80GB HBM3"),
+            AcceleratorInfo(kind="cuda", index=1, name="NVIDIA L4"),
+        )
     )
     assert accelerator_name(hardware, "cuda") == "NVIDIA H100 80GB HBM3"
     assert accelerator_name(hardware, "cuda:1") == "NVIDIA L4"

@@ -79,9 +79,15 @@ def datasheet_peak(device_name: str | None) -> DatasheetPeak | None:
 
 def accelerator_name(hardware: HardwareProfile, device: str) -> str | None:
     """The name of the accelerator ``device`` ("cuda", "cuda:1") runs on, from ``hardware``'s
-    GPUs (index 0 when the device names none); None for the CPU or an unknown GPU."""
+    accelerators of that kind (index 0 when the device names none); None for the CPU or an
+    unknown device."""
     place = torch.device(device)
-    if place.type == "cpu" or not hardware.gpus:
-        return None
     index = place.index or 0
-    return next((gpu.name for gpu in hardware.gpus if gpu.index == index), None)
+    return next(
+        (
+            found.name
+            for found in hardware.accelerators
+            if found.kind == place.type and found.index == index
+        ),
+        None,
+    )
