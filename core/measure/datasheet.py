@@ -86,7 +86,7 @@ def accelerator_name(hardware: HardwareProfile, device: str) -> str | None:
     return next(
         (
             found.name
-            for found in hardware.accelerators
+            for found in hardware.accelerators or ()
             if found.kind == place.type and found.index == index
         ),
         None,
