@@ -128,7 +128,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--fixed", default="", help="thread counts to fix, e.g. 1,2 (default: 1..CPUs)")
+    parser.add_argument("--fixed", default="", help="thread counts to fix, e.g. 1,2 (default: all)")
     parser.add_argument("--before-python", help="an interpreter with the trm to compare against")
     parser.add_argument("--out", type=Path, help="write the JSON document here")
     parser.add_argument("--json", action="store_true", help="print the JSON document")
