@@ -141,6 +141,7 @@ def main() -> int:
     if args.before_python:
         configs.append(("main", args.before_python))
     order = [(c, py, busy) for busy in (False, True) for c, py in configs]
+    started = {"commit": commit(), "date": datetime.datetime.now(datetime.UTC)}
     rows = []
     with tempfile.TemporaryDirectory(prefix="trm-contention-") as tmp:
         for number in range(args.rounds):
@@ -159,9 +160,9 @@ def main() -> int:
         "command": f"python benchmarks/contention.py --steps {args.steps} --rounds {args.rounds}"
         + (f" --fixed {args.fixed}" if args.fixed else "")
         + (f" --before-python {args.before_python}" if args.before_python else ""),
-        "commit": commit(),
+        "commit": started["commit"],
         "machine": machine(),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "date": started["date"].isoformat(timespec="seconds"),
         "rows": rows,
     }
     text = json.dumps(document, indent=2)

@@ -53,7 +53,7 @@ def read_cpu_times() -> CpuTimes | None:
     cpus = 0
     for line in lines:
         name, _, rest = line.partition(" ")
-        if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in mine:
+        if not (name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in mine):
             continue
         # user nice system idle iowait irq softirq steal (guest time is inside user)
         values = [int(v) for v in rest.split()[:8]]
