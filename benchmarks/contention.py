@@ -2,6 +2,7 @@
 trm chooses and with fixed counts.
 
     python benchmarks/contention.py [--steps 150] [--rounds 2] [--json] [--out FILE]
+    python benchmarks/contention.py --table FILE    # the markdown table of a result
 
 Each row is ``trm run quickstart --max-steps N`` in its own process and run directory (its
 data built there, as a user's first run does), timed from start to exit (``command_s``) and
@@ -124,6 +125,33 @@ def run_row(config: str, busy: bool, steps: int, python: str, work: Path) -> dic
     return row
 
 
+def one_minute_load(line: str) -> str:
+    return line.split("load average:")[-1].split(",")[0].strip()
+
+
+def table(document: dict) -> str:
+    """A markdown table of a result: one line per load and configuration, each round's
+    command and training seconds, the threads line and the 1-minute loads seen."""
+    rounds = sorted({r["round"] for r in document["rows"]})
+    head = ["beside", "threads", *(f"round {n}: run s (train s)" for n in rounds)]
+    lines = ["| " + " | ".join([*head, "1-min load before each"]) + " |"]
+    lines.append("|" + "---|" * (len(head) + 1))
+    keys = dict.fromkeys((r["busy"], r["config"]) for r in document["rows"])
+    for busy, config in keys:
+        rows = [r for r in document["rows"] if (r["busy"], r["config"]) == (busy, config)]
+        cells = []
+        for n in rounds:
+            row = next((r for r in rows if r["round"] == n), None)
+            cells.append(
+                "-" if row is None else f"{row['command_s']:.0f} ({row.get('train_s', 0):.0f})"
+            )
+        loads = ", ".join(one_minute_load(r["uptime_before"]) for r in rows)
+        name = "chosen by trm" if config == "chosen" else config.replace("fixed-", "fixed ")
+        beside = "one busy process" if busy else "nothing of its own"
+        lines.append(f"| {beside} | {name} | " + " | ".join(cells) + f" | {loads} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=150)
@@ -132,7 +160,11 @@ def main() -> int:
     parser.add_argument("--before-python", help="an interpreter with the trm to compare against")
     parser.add_argument("--out", type=Path, help="write the JSON document here")
     parser.add_argument("--json", action="store_true", help="print the JSON document")
+    parser.add_argument("--table", type=Path, help="print the markdown table of this result")
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(args.table.read_text())))
+        return 0
     if args.steps < 1 or args.rounds < 1:
         parser.error("--steps and --rounds must be at least 1")
     cpus = machine()["cpus"] or 1
