@@ -59,6 +59,7 @@ class TrainControl:
     recursion_request: tuple[int, int, str] | None = None
     halt_exploration_request: tuple[float, str] | None = None
     activation_checkpointing_request: tuple[bool, str] | None = None
+    threads_request: tuple[int, str] | None = None
     stop_reason: str | None = None
     messages: list[str] = field(factory=list)
     thermal_events: list[ThermalEvent] = field(factory=list)
@@ -113,6 +114,15 @@ class TrainControl:
         ``activation_checkpointing`` event and the checkpoint records the setting in force.
         """
         self.activation_checkpointing_request = (bool(on), reason)
+
+    def set_threads(self, count: int, reason: str) -> None:
+        """Ask for ``count`` host threads for the math of the next steps (torch's intra-op
+        threads; latest request wins). Applied after the current step; the loop shows the
+        change and records it as a ``threads`` event. Results of a step may differ in the last
+        bits with the thread count (sums split differently). ValueError below 1."""
+        if int(count) < 1:
+            raise ValueError(f"thread count must be at least 1, got {count}")
+        self.threads_request = (int(count), reason)
 
     def stop(self, reason: str) -> None:
         """Ask the loop to checkpoint and stop after the current step."""

@@ -87,3 +87,57 @@ def test_every_page_of_docs_is_listed():
     pages = {page.name for page in (ROOT / "docs").glob("*.md")}
     assert pages - listed == set(), f"README.md's documentation list lacks {pages - listed}"
     assert listed - pages == set(), f"README.md lists missing pages {listed - pages}"
+
+
+def _python_example() -> str:
+    text = README.read_text(encoding="utf-8")
+    start = text.index("```python\n") + len("```python\n")
+    return text[start : text.index("```", start)]
+
+
+@pytest.mark.slow
+def test_the_python_example_runs_as_a_script_without_a_main_guard(tmp_path):
+    """The README's Python example saved as train.py, as shown (no ``if __name__ ==
+    "__main__":`` guard), and run with ``python``: it trains and exits. The data build runs
+    in two worker processes, which must not run the script again (multiprocessing's spawn
+    did: each worker trained anew, the run's lock refused it, and the pool restarted it
+    forever). Shortened to a few steps and a small dataset through the call's arguments."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    example = _python_example()
+    assert "__main__" not in example
+    call = 'trm.train("quickstart")'
+    assert call in example, "the README's example no longer trains the quickstart"
+    quick = [
+        "data.generate.count=256",
+        "data.generate.test_count=32",
+        "data.generate.workers=2",
+        "runtime.device=cpu",
+        "runtime.precision=fp32",
+        "runtime.threads=1",
+        "runtime.compile=off",
+    ]
+    script = tmp_path / "train.py"
+    script.write_text(
+        example.replace(call, f'trm.train("quickstart", max_steps=2, overrides={quick!r})')
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = proc.communicate(timeout=150)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"the script did not finish in 150 s; its output ended:\n{out[-2000:]}")
+    assert proc.returncode == 0, out[-2000:]
+    assert "in use by another trm run" not in out
+    assert (tmp_path / "runs" / "quickstart" / "summary.json").exists()

@@ -131,3 +131,13 @@ def test_an_explicit_micro_batch_that_fits_is_kept():
     )
     adapted, changes = tiers.adapt(spec, HardwareProfile(), make(spec), "extreme")
     assert adapted.runtime.micro_batch_size == 8 and changes == []
+
+
+def test_threads_are_left_to_the_backend_which_counts_the_free_cores():
+    """A tier that wrote the usable cores into ``runtime.threads`` would make them look set by
+    the user: the cpu backend could then neither count busy cores nor follow them."""
+    make = linear_estimate(8 * GIB, 2**20, GIB // 4)
+    spec = attrs.evolve(spec_with(64), runtime=RuntimeSpec(precision="fp32", threads=0))
+    adapted, changes = tiers.adapt(spec, HardwareProfile(physical_cores=8), make(spec), "balanced")
+    assert adapted.runtime.threads == 0
+    assert all(change.key != "runtime.threads" for change in changes)

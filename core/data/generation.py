@@ -1,5 +1,6 @@
-"""What the data sources that generate puzzles share: independent seed streams, a worker
-pool over index ranges, progress in quarters, and a seeded subset of rows.
+"""What the data sources that generate puzzles share: independent seed streams, work over
+index ranges in worker processes (:mod:`trm.data.workers`), progress in quarters, and a
+seeded subset of rows.
 
 Generated data must not depend on how the work was split: puzzle ``i`` is made from
 ``(seed, i)`` alone, so any number of workers gives the same arrays (the sources' tests pin
@@ -9,12 +10,13 @@ this).
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import numpy as np
+
+from trm.data.workers import WorkerPool
 
 Job = TypeVar("Job")
 Part = tuple[np.ndarray, np.ndarray]
@@ -50,16 +52,18 @@ def run_jobs(
     done: int = 0,
 ) -> list[Part]:
     """``work(job)`` for every job, in order: in this process when there is at most one job,
-    otherwise in a pool of ``workers`` spawned processes (``work`` must be a module-level
-    function). ``progress`` gets the rows done so far (``done`` plus the first array's rows
-    of each part): after each part from the pool, once at the end in this process."""
+    otherwise in ``workers`` processes of a :class:`~trm.data.workers.WorkerPool` (``work``
+    must be a module-level function of an importable module; the caller's ``__main__`` is
+    never run again, so a script without an ``if __name__ == "__main__":`` guard builds
+    too). ``progress`` gets the rows done so far (``done`` plus the first array's rows of
+    each part): after each part from the pool, once at the end in this process."""
     if len(jobs) <= 1:
         parts = [work(job) for job in jobs]
         if progress is not None and parts:
             progress(done + sum(part[0].shape[0] for part in parts))
         return parts
     parts = []
-    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+    with WorkerPool(min(workers, len(jobs))) as pool:
         for part in pool.imap(work, jobs):
             parts.append(part)
             done += part[0].shape[0]

@@ -6,7 +6,7 @@ runs each micro-batch through one supervision step of its rows' carry, accumulat
 and updates (:mod:`~trm.loop.step`; out of memory is undone and retried by
 :mod:`~trm.loop.oom_retry`). Between steps, :meth:`Trainer.after_step` does, in this order:
 ``on_step``, thermal events, evaluation when due, a requested micro-batch, recursion depth
-and halting exploration, activation checkpointing, checkpoint
+and halting exploration, activation checkpointing, host threads, checkpoint
 (:mod:`~trm.loop.checkpoints`), the plugins' messages, then a requested pause. Plugins see
 the run through hooks and act on it only through ``TrainControl``.
 
@@ -145,6 +145,7 @@ class Trainer:
                 self.pm.hook.on_train_start(state=state, control=control)
                 requests.apply_recursion_requests(state, control, self.journal)
                 requests.apply_activation_checkpointing_request(state, control, self.journal)
+                requests.apply_threads_request(state, control, self.journal)
                 self.journal.show(control)
                 while state.step < self.stop_step:
                     record = self.take_step(state, data, control)
@@ -276,6 +277,7 @@ class Trainer:
         requests.apply_micro_batch_request(state, control, self.journal)
         requests.apply_recursion_requests(state, control, self.journal)
         requests.apply_activation_checkpointing_request(state, control, self.journal)
+        requests.apply_threads_request(state, control, self.journal)
         at_end = state.step >= self.stop_step
         stop = None if at_end else stops.reason or control.stop_reason
         reason = self.checkpoints.reason_now(state, asked, at_end, stop is not None)

@@ -1,10 +1,13 @@
 """Carrying out what plugins asked through ``TrainControl``: micro-batch sizes, recursion
-depth and halting exploration, activation checkpointing, thermal events, pauses. The loop
+depth and halting exploration, activation checkpointing, host threads, thermal events,
+pauses. The loop
 calls these between steps (see docs/architecture.md for the order)."""
 
 from __future__ import annotations
 
 import time
+
+import torch
 
 from trm.control import TrainControl, accumulation_steps, fit_micro_batch
 from trm.loop.signals import StopRequests
@@ -143,3 +146,18 @@ def apply_activation_checkpointing_request(
     journal.event(step, "activation_checkpointing", on=on, reason=reason, quiet=True)
     journal.log(f"step {step}: activation checkpointing {'on' if on else 'off'}: {reason}")
     return True
+
+
+def apply_threads_request(state: TrainState, control: TrainControl, journal: Journal) -> None:
+    """Carry out the latest ``set_threads`` request: torch's intra-op threads from the next
+    step on, shown and recorded as a ``threads`` event (old, new, reason) when they change."""
+    if control.threads_request is None:
+        return
+    count, reason = control.threads_request
+    control.threads_request = None
+    old = torch.get_num_threads()
+    if count == old:
+        return
+    torch.set_num_threads(count)
+    journal.event(state.step, "threads", old=old, new=count, reason=reason, quiet=True)
+    journal.log(f"step {state.step}: threads {old} -> {count}: {reason}")

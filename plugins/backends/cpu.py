@@ -1,11 +1,13 @@
-"""CPU backend: threads from physical cores, bf16 autocast where native, torch.compile, and
-freed host memory kept for reuse. Its device is the host: the contract's defaults
-(:class:`trm.device.contract.DeviceBackend`) with the C++ toolchain check for torch.compile."""
+"""CPU backend: threads from the physical cores other processes leave free (followed during
+the run), bf16 autocast where native, torch.compile, and freed host memory kept for reuse.
+Its device is the host: the contract's defaults (:class:`trm.device.contract.DeviceBackend`)
+with the C++ toolchain check for torch.compile."""
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 import torch
 
@@ -18,6 +20,7 @@ from trm.device.host_memory import is_supported as host_memory_reuse_supported
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile
 from trm.measure.flops import matmul_bound
+from trm.plugins.backends.cpu_contention import CpuTimes, ThreadWatch, fit_threads, measure_start
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.state import TrainState
@@ -74,10 +77,32 @@ def choose_cpu_precision(
     return setting, notes
 
 
-def configure_cpu(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | None:
+def choose_threads(
+    setting: int, usable_cores: int, start: tuple[CpuTimes, float] | None
+) -> tuple[int, list[str]]:
+    """``runtime.threads`` on a CPU: (threads, notices). An explicit setting is kept. For 0,
+    ``usable_cores`` less the CPUs other processes held at the start (``start``: the reading
+    and those CPUs, :func:`~trm.plugins.backends.cpu_contention.measure_start`; None: not
+    measured, all usable cores), at least one."""
+    if setting or start is None:
+        return setting or usable_cores, []
+    reading, others = start
+    threads = fit_threads(usable_cores, reading.cpus, others)
+    if threads == usable_cores:
+        return threads, []
+    return threads, [
+        f"{threads} thread{'s' if threads != 1 else ''}, not {usable_cores}: other processes "
+        f"held {others:.1f} of the {reading.cpus} CPUs at the start; the count follows them "
+        "during the run (runtime.threads fixes it)"
+    ]
+
+
+def configure_cpu(
+    spec: RunSpec, hardware: HardwareProfile, start: tuple[CpuTimes, float] | None = None
+) -> RuntimeChoice | None:
     """The CPU answers for ``auto`` (when no accelerator plugin did) and ``cpu``.
 
-    Threads: ``runtime.threads`` or the physical cores this process may use. Precision: see
+    Threads: :func:`choose_threads` (``start`` is the machine's reading). Precision: see
     :func:`choose_cpu_precision`. Compilation: :func:`trm.device.compile.choose_compile`. Both
     ``auto`` choices depend on :func:`trm.measure.flops.matmul_bound`. Host memory: freed blocks are
     kept for reuse where :mod:`trm.device.host_memory` can tune the C library (glibc on Linux),
@@ -92,10 +117,13 @@ def configure_cpu(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | N
             f"runtime.threads: {runtime.threads} is more than the {logical} logical CPUs this "
             f"process may use; set 0 (one per physical core) or at most {logical}"
         )
-    threads = runtime.threads or _usable_cores(hardware)
+    threads, notes = choose_threads(runtime.threads, _usable_cores(hardware), start)
     torch.set_num_threads(threads)
     large = matmul_bound(spec.arch)
-    precision, notes = choose_cpu_precision(runtime.precision, hardware.cpu_native_bf16, large)
+    precision, precision_notes = choose_cpu_precision(
+        runtime.precision, hardware.cpu_native_bf16, large
+    )
+    notes += precision_notes
     compile_on, compile_note = choose_compile(runtime.compile, CPU, large)
     if compile_note:
         notes.append(compile_note)
@@ -115,15 +143,25 @@ def configure_cpu(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | N
     )
 
 
+# A start reading younger than this serves the second configure_runtime of a plan.
+START_READING_REUSE_S = 30.0
+
+
 class CpuBackend:
-    """CPU backend: threads from physical cores, bf16 autocast where native, torch.compile,
-    and freed host memory kept for reuse (bounded per run by an idle-memory valve)."""
+    """CPU backend: threads from the physical cores other processes leave free, followed
+    during the run (unless ``runtime.threads`` fixes them), bf16 autocast where native,
+    torch.compile, and freed host memory kept for reuse (bounded per run by an idle-memory
+    valve)."""
 
     ACTIVATION = "default"
 
     def __init__(self) -> None:
         # Bounds the idle memory a reusing heap keeps (trm.device.host_memory) for this run.
         self.valve = IdleMemoryValve()
+        # The machine's reading at the start and the watch that follows it (threads 0 only).
+        self.start: tuple[CpuTimes, float] | None = None
+        self.start_monotonic_s = 0.0
+        self.watch: ThreadWatch | None = None
 
     @hookimpl
     def device_backends(self) -> list[DeviceBackend]:
@@ -131,11 +169,32 @@ class CpuBackend:
 
     @hookimpl(trylast=True)
     def configure_runtime(self, spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | None:
-        return configure_cpu(spec, hardware)
+        """:func:`configure_cpu` with the machine read at the start (once per plan); with
+        ``runtime.threads`` 0, a :class:`ThreadWatch` then follows the machine in ``on_step``."""
+        runtime = spec.runtime
+        if runtime.device != "auto" and not CPU.claims(runtime.device):
+            return None
+        if runtime.threads == 0 and not self._fresh_start():
+            self.start, self.start_monotonic_s = measure_start(), time.monotonic()
+        choice = configure_cpu(spec, hardware, self.start if runtime.threads == 0 else None)
+        self.watch = None
+        if choice is not None and runtime.threads == 0 and self.start is not None:
+            self.watch = ThreadWatch(_usable_cores(hardware), choice.threads, self.start[0])
+        return choice
+
+    def _fresh_start(self) -> bool:
+        if self.start is None:
+            return False
+        return time.monotonic() - self.start_monotonic_s < START_READING_REUSE_S
 
     @hookimpl
     def on_step(self, state: TrainState, metrics: dict[str, float], control: TrainControl) -> None:
-        """After each step, release idle heap memory that grows past the valve's bound."""
+        """After each step, release idle heap memory that grows past the valve's bound, and
+        ask for the thread count the machine now allows when it changed."""
+        if self.watch is not None:
+            change = self.watch.after_step()
+            if change is not None:
+                control.set_threads(*change)
         released = self.valve.after_step()
         if released is not None:
             control.log(

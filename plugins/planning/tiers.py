@@ -6,9 +6,10 @@ batch and picks, in this order:
 
 1. precision: bf16 autocast where the device multiplies bf16 natively (``runtime.precision``
    ``auto`` only; an explicit choice is kept);
-2. threads: the physical cores this process may use (``runtime.threads`` 0 only); in
-   extreme mode on the host, ``runtime.host_memory = "system"`` (``auto`` only): reused host
-   memory (trm.device.host_memory) is faster but its peak varies more from run to run;
+2. in extreme mode on the host, ``runtime.host_memory = "system"`` (``auto`` only): reused
+   host memory (trm.device.host_memory) is faster but its peak varies more from run to run.
+   Threads are left to the backend (``runtime.threads`` 0 stays 0): the cpu backend counts
+   the cores other processes leave free, and follows them during the run;
 3. the largest micro-batch whose estimated peak stays ``ESTIMATE_MARGIN`` (5 points of the
    budget) under the target, with gradient accumulation making up the rest. Only sizes that
    divide this process's rows of the global batch (all of it with one process) are tried, so
@@ -38,7 +39,6 @@ count to choose. Every change is returned as a :class:`trm.spec.Change`.
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import attrs
@@ -83,13 +83,6 @@ def native_bf16(hardware: HardwareProfile, estimate: MemoryEstimate) -> bool:
     if estimate.unified_memory:
         return False  # unified memory (Apple GPUs): bf16 autocast is not faster than fp32
     return bool(hardware.cpu_native_bf16)
-
-
-def usable_threads(hardware: HardwareProfile) -> int:
-    cores = hardware.physical_cores or hardware.logical_cores or 1
-    if hasattr(os, "sched_getaffinity"):
-        cores = min(cores, len(os.sched_getaffinity(0)))
-    return max(1, cores)
 
 
 def _set(spec: RunSpec, key: str, value: Any) -> RunSpec:
@@ -269,8 +262,6 @@ def adapt(
         and (where != "host" or matmul_bound(spec.arch))
     ):
         change("runtime.precision", "bf16", "the device multiplies bf16 natively")
-    if spec.runtime.threads == 0 and where == "host":
-        change("runtime.threads", usable_threads(hardware), "one thread per usable physical core")
     if mode == "extreme" and where == "host" and spec.runtime.host_memory == "auto":
         change(
             "runtime.host_memory",
