@@ -25,7 +25,6 @@ there.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -34,6 +33,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from provenance import provenance
 
 BUSY_LOOP = "while True: pass"
 BUSY_HEAD_START_S = 1.0
@@ -59,26 +60,6 @@ def uptime() -> str:
         return subprocess.run(["uptime"], capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def commit() -> str:
-    root = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head + ("+changes" if dirty else "")
 
 
 def run_row(config: str, busy: bool, steps: int, python: str, work: Path) -> dict:
@@ -173,7 +154,7 @@ def main() -> int:
     if args.before_python:
         configs.append(("main", args.before_python))
     order = [(c, py, busy) for busy in (False, True) for c, py in configs]
-    started = {"commit": commit(), "date": datetime.datetime.now(datetime.UTC)}
+    started = provenance()  # at the start: the commit, the machine, the date, the load
     rows = []
     with tempfile.TemporaryDirectory(prefix="trm-contention-") as tmp:
         for number in range(args.rounds):
@@ -188,13 +169,9 @@ def main() -> int:
                     file=sys.stderr,
                 )
     document = {
+        "provenance": started,
         "what": "trm run quickstart alone and beside one busy single-thread process",
-        "command": f"python benchmarks/contention.py --steps {args.steps} --rounds {args.rounds}"
-        + (f" --fixed {args.fixed}" if args.fixed else "")
-        + (f" --before-python {args.before_python}" if args.before_python else ""),
-        "commit": started["commit"],
-        "machine": machine(),
-        "date": started["date"].isoformat(timespec="seconds"),
+        "cpus": cpus,
         "rows": rows,
     }
     text = json.dumps(document, indent=2)
