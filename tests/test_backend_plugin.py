@@ -88,12 +88,16 @@ def test_an_installed_backend_trains_the_quickstart(installed, tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["backend"] == "cpu-checked" and summary["steps"] == 12
     counts = json.loads((run / "cpu-checked.json").read_text())
-    # one host read and one step boundary per optimizer step; batches: one per step, plus the
-    # first carry's template and the evaluation batches
-    assert counts["read_values"] == 12 and counts["mark_step"] == 12
-    assert counts["to_device"] > 12
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "kind" not in r] == list(range(1, 13))
+    evaluations = sum(1 for r in rows if r.get("kind") == "eval")
+    assert evaluations == 2
+    # one host read and one step boundary per optimizer step, and per evaluation one read and
+    # one boundary per batch (its 32 puzzles are one batch); batches: one per step, plus the
+    # first carry's template and the evaluation batches
+    assert counts["read_values"] == 12 + evaluations
+    assert counts["mark_step"] == 12 + evaluations
+    assert counts["to_device"] > 12
 
 
 def test_an_unknown_device_names_the_installed_backends(installed, tmp_path):

@@ -6,6 +6,7 @@ Every reading here is injected: no test depends on this machine's load or clock.
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 
 import attrs
@@ -174,7 +175,9 @@ def test_a_run_with_explicit_threads_never_changes_them(tmp_path: Path, monkeypa
     _busy_after_start(monkeypatch)
     data_dir = build_tiny_data(tmp_path / "data")
     spec = write_spec(tmp_path, data_dir)
-    spec.write_text(spec.read_text().replace("threads = 1", "threads = 2"))
+    # every CPU this process may use (pytest-xdist gives a worker its own), at least 2 if it can
+    explicit = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
+    spec.write_text(spec.read_text().replace("threads = 1", f"threads = {explicit}"))
     assert main(["run", str(spec), "--out", str(tmp_path / "run"), "--max-steps", "4"]) == 0
     assert events(tmp_path / "run", "threads") == []
-    assert torch.get_num_threads() == 2
+    assert torch.get_num_threads() == explicit

@@ -78,9 +78,9 @@ def datasheet_peak(device_name: str | None) -> DatasheetPeak | None:
 
 
 def accelerator_name(hardware: HardwareProfile, device: str) -> str | None:
-    """The name of the accelerator ``device`` ("cuda", "cuda:1") runs on, from ``hardware``'s
-    accelerators of that kind (index 0 when the device names none); None for the CPU or an
-    unknown device."""
+    """The name of the accelerator ``device`` (a torch device name: ``KIND`` or ``KIND:N``)
+    runs on, from ``hardware``'s accelerators of that kind (index 0 when the device names
+    none); None for the CPU or an unknown device."""
     place = torch.device(device)
     index = place.index or 0
     return next(
