@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -38,20 +37,6 @@ from provenance import provenance
 
 BUSY_LOOP = "while True: pass"
 BUSY_HEAD_START_S = 1.0
-
-
-def machine() -> dict:
-    """The CPU's model name and this process's CPUs (Linux), else what platform knows."""
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": name, "cpus": cpus}
 
 
 def uptime() -> str:
@@ -148,7 +133,7 @@ def main() -> int:
         return 0
     if args.steps < 1 or args.rounds < 1:
         parser.error("--steps and --rounds must be at least 1")
-    cpus = machine()["cpus"] or 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     fixed = [int(n) for n in args.fixed.split(",") if n] or list(range(1, cpus + 1))
     configs = [(c, sys.executable) for c in ["chosen", *(f"fixed-{n}" for n in fixed)]]
     if args.before_python:

@@ -10,8 +10,6 @@ place, so a refused export writes nothing.
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import torch
 from attrs import frozen
 
 from trm.errors import TrmError
-from trm.interop.importer import check_output, make_staging, unwritable
+from trm.interop.importer import check_output, write_folder
 from trm.interop.reference_config import (
     CONFIG_FILE,
     FORWARD_DTYPES,
@@ -95,17 +93,10 @@ def export_reference(
         spec, str(payload.get("data_dir") or ""), shape.rows_per_epoch, str(out.resolve() / name)
     )
     state = to_reference_weights(weights, init_dtype, compiled)
-    staging = make_staging(out, "exporting")
-    try:
+
+    def write(staging: Path) -> None:
         torch.save(state, staging / name)
         write_config(exported.config, staging / CONFIG_FILE)
-        if out.exists():
-            out.rmdir()
-        os.replace(staging, out)
-    except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise unwritable(out, exc) from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+
+    write_folder(out, "exporting", write)
     return ExportResult(out / name, out / CONFIG_FILE, step, (*exported.notes, *notes))

@@ -108,6 +108,25 @@ def check_output(out: Path) -> None:
         raise TrmError(f"--out {out}: folder {out.parent} does not exist")
 
 
+def write_folder(out: Path, kind: str, write: Callable[[Path], None]) -> None:
+    """Make ``out`` whole or not at all: ``write`` fills a staging folder beside it (see
+    :func:`make_staging`), which then replaces ``out`` (an empty folder there, checked
+    before). A write that fails leaves no staging folder; an OSError is the one line of
+    :func:`unwritable`."""
+    staging = make_staging(out, kind)
+    try:
+        write(staging)
+        if out.exists():
+            out.rmdir()
+        os.replace(staging, out)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise unwritable(out, exc) from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
 def make_staging(out: Path, kind: str) -> Path:
     """A new empty folder beside ``out`` to assemble it in (``kind``: importing, exporting);
     TrmError when that folder cannot be written (a read-only mount, no room)."""
@@ -331,18 +350,11 @@ def import_reference(
         "step": step,
         "left_out": {key: why for key, why in mapped.ignored},
     }
-    staging = make_staging(out, "importing")
-    try:
-        _write_run(pm, staging, spec, model, shape, data_dir, step, record)
-        if out.exists():
-            out.rmdir()
-        os.replace(staging, out)
-    except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise unwritable(out, exc) from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    write_folder(
+        out,
+        "importing",
+        lambda staging: _write_run(pm, staging, spec, model, shape, data_dir, step, record),
+    )
     return ImportResult(out, spec, step, tuple(notes))
 
 
