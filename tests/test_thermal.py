@@ -223,7 +223,9 @@ def test_other_plugins_receive_the_events_and_act_through_control(
     monkeypatch.setattr(
         run_cmd,
         "load_plugins",
-        lambda names, **kw: real(names, extra_modules=[("recorder", recorder)], **kw),
+        lambda names, extra_modules=(), **kw: real(
+            names, extra_modules=[*extra_modules, ("recorder", recorder)], **kw
+        ),
     )
     run_dir = tmp_path / "run"
     result = cli("run", tiny.spec, "--out", run_dir, "--plugins", "thermal")
@@ -242,7 +244,9 @@ def test_an_injected_sensor_replaces_the_hardware(tiny, tmp_path, cli, monkeypat
     monkeypatch.setattr(
         run_cmd,
         "load_plugins",
-        lambda names, **kw: real(names, extra_modules=[("thermal", injected)], **kw),
+        lambda names, extra_modules=(), **kw: real(
+            names, extra_modules=[*extra_modules, ("thermal", injected)], **kw
+        ),
     )
     result = cli("run", tiny.spec, "--out", tmp_path / "run")
     assert result.code == 0, result.err

@@ -88,8 +88,8 @@ def run_recorded(args: list[str], monkeypatch: Any = None) -> tuple[int, Recorde
     recorder = Recorder()
     real = run_cmd.load_plugins
 
-    def with_recorder(names: Any, **options: Any) -> Any:
-        return real(names, extra_modules=[("xla-recorder", recorder)], **options)
+    def with_recorder(names: Any, extra_modules: Any = (), **options: Any) -> Any:
+        return real(names, extra_modules=[*extra_modules, ("xla-recorder", recorder)], **options)
 
     if monkeypatch is not None:
         monkeypatch.setattr(run_cmd, "load_plugins", with_recorder)

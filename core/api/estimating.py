@@ -196,9 +196,7 @@ def estimate_memory(
             f"{', '.join(repr(m) for m in (*MODES, AS_WRITTEN))})"
         )
     loaded = read_spec(spec, overrides)
-    objects = tuple(plugin_objects)
-    extra = {"extra_modules": objects} if objects else {}  # as in trm.api.training
-    pm = load_plugins(plugins, spec_tables=loaded.plugins, **extra)
+    pm = load_plugins(plugins, extra_modules=tuple(plugin_objects), spec_tables=loaded.plugins)
     tier = None if mode == AS_WRITTEN else mode
     plan = plan_run(pm, loaded, tier, default_run_dir(loaded.name, out), log=log)
     target = MODE_TARGETS[tier] if tier else 1.0

@@ -303,10 +303,7 @@ def load_model(
     name, load the checkpoint through ``load_checkpoint``, pick this machine's runtime,
     rebuild the model and find its data source. ``plugin_objects`` are in-process plugins
     with the names they run under."""
-    objects = tuple(plugin_objects)
-    # extra_modules only when there are objects: the commands' route calls load_plugins as it
-    # always has (tests wrap it to add their own in-process plugins)
-    pm = load_plugins(plugins, **({"extra_modules": objects} if objects else {}))
+    pm = load_plugins(plugins, extra_modules=tuple(plugin_objects))
     path, manifest = _checkpoint_path(path)
     payload = _load_payload(pm, path)
     # a shipped model runs wherever it is installed: where it was trained is no news

@@ -191,15 +191,9 @@ def _device_backends(options: RunOptions) -> list:
     when the plugins cannot load (the error is reported once the ranks can agree on it, by
     :func:`_read_input`)."""
     try:
-        return load_plugins(options.plugins, **_objects(options)).device_backends()
+        return load_plugins(options.plugins, extra_modules=options.plugin_objects).device_backends()
     except TrmError:
         return []
-
-
-def _objects(options: RunOptions) -> dict[str, Any]:
-    """The in-process plugin objects as ``load_plugins``' keyword, only when there are some:
-    the commands' route calls it as it always has (tests wrap it to add their own)."""
-    return {"extra_modules": options.plugin_objects} if options.plugin_objects else {}
 
 
 def _read_input(
@@ -215,7 +209,9 @@ def _read_input(
         raise TrmError("--replace starts afresh: use it with --resume never")
     interval = parse_interval(options.checkpoint_every) if options.checkpoint_every else None
     spec = read_spec(options.spec, options.overrides)
-    pm = load_plugins(options.plugins, spec_tables=spec.plugins, **_objects(options))
+    pm = load_plugins(
+        options.plugins, extra_modules=options.plugin_objects, spec_tables=spec.plugins
+    )
     check_device(pm, spec.runtime.device)  # an unclaimed device: refused before any write
     world.rows(spec.train.global_batch_size)  # TrmError unless it divides among the ranks
     if options.init_from is not None:  # its weights are refused before --out is created

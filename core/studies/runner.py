@@ -288,7 +288,7 @@ def trial_overrides(study_file: StudyFile, params: dict[str, Any], threads: int)
     return tuple(texts)
 
 
-def trial_command(study_file: StudyFile, overrides: tuple[str, ...], run_dir: Path) -> str:
+def trial_command(study_file: StudyFile, overrides: tuple[str, ...]) -> str:
     """The ``trm run`` command that trains the trial's run again, step for step (add
     ``--out DIR``: the trial's own folder would resume the trial)."""
     words = ["trm", "run", study_file.spec]
@@ -296,7 +296,6 @@ def trial_command(study_file: StudyFile, overrides: tuple[str, ...], run_dir: Pa
         words += ["--set", text]
     if study_file.max_steps is not None:
         words += ["--max-steps", str(study_file.max_steps)]
-    del run_dir  # the trial's folder holds the trial: a run again goes elsewhere (--out)
     return shlex.join(words)
 
 
@@ -319,7 +318,7 @@ def _run_trial(
     threads = max(1, _cores() // share)
     overrides = trial_overrides(study_file, params, threads)
     trial.set_user_attr("run_dir", str(run_dir))
-    trial.set_user_attr("command", trial_command(study_file, overrides, run_dir))
+    trial.set_user_attr("command", trial_command(study_file, overrides))
     verb = "resuming" if resumed else "starting"
     shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
     log(f"{verb} trial {trial.number}: {shown}")

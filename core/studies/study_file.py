@@ -177,7 +177,7 @@ def read_study_file(path: Path) -> StudyFile:
     fixed = override_texts(_table(study, "fixed", where) or {})
     base = read_spec(spec_name, fixed)
     parameters = tuple(_parameter(key, value, where) for key, value in _space(data, where).items())
-    _check_keys(base, fixed, parameters, where)
+    _check_keys(base, parameters, where)
     objective = _table(data, "objective", where, required=True)
     _only(objective, ("metric", "direction"), where, "objective.")
     metric = _text(objective, "metric", where, "objective.")
@@ -346,9 +346,7 @@ def _parameter(key: str, value: Any, where: str) -> Parameter:
     )
 
 
-def _check_keys(
-    base: RunSpec, fixed: tuple[str, ...], parameters: tuple[Parameter, ...], where: str
-) -> None:
+def _check_keys(base: RunSpec, parameters: tuple[Parameter, ...], where: str) -> None:
     """Each swept key is a spec key, and each value the space can give is one the spec takes
     (the choices, and both bounds of a range), by applying them as ``--set`` does."""
     for parameter in parameters:
@@ -363,7 +361,6 @@ def _check_keys(
             except TrmError as exc:
                 message = str(exc).removeprefix("--set ")
                 raise TrmError(f"{where}: space.{parameter.key}: {message}") from None
-    del fixed
 
 
 def _bound(parameter: Parameter, value: float) -> Any:
