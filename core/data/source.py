@@ -58,6 +58,16 @@ class DataSource(Protocol):
         --submission FILE`` writes its ``submission()``. Raise TrmError when files it needs
         in ``data_dir`` are missing or malformed.
 
+    ``answer_symmetries(seq_len: int, count: int, rng: np.random.Generator)
+    -> list[trm.data.symmetry.CellSymmetry]``
+        ``count`` maps of puzzles of ``seq_len`` cells, drawn with ``rng`` and none the
+        identity, under which the task's answer is unchanged up to the same map: the image of
+        a valid answer is a valid answer of the image of its puzzle (``check_answer`` judges
+        both alike). An empty list when puzzles of this shape have none. ``--attempts K``
+        (``trm solve``, ``trm eval``, ``Model.solve``, ``train.eval_attempts``) tries an
+        answer the rules refuse again under them (:mod:`trm.evaluation.attempts`); a source
+        without the method cannot be asked for more than one attempt.
+
     ``primary_metric: str``
         The name of the score that picks a run's best checkpoint (e.g. ``"pass@2"``, which
         the source's evaluator must report); without it, ``exact_accuracy``.

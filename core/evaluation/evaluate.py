@@ -20,6 +20,7 @@ from trm.data.sampler import SplitIndex
 from trm.device import distributed
 from trm.device.contract import Placement
 from trm.device.oom import is_out_of_memory
+from trm.evaluation.attempts import AttemptPlan, RunPuzzles, at_attempts_key, try_again
 from trm.evaluation.task_evaluation import TaskEvaluation, record_best
 from trm.metrics_log import Journal
 from trm.model import ACTLoss
@@ -27,6 +28,9 @@ from trm.plugin_manager import TrmPluginManager
 from trm.state import TrainState
 
 IGNORE_LABEL = -100
+# The task-sum name of the examples exactly right after the attempts (summed over ranks with
+# the task's own sums, then divided by the examples scored).
+_RETRIED = "_exact_after_attempts"
 TaskMetrics = Callable[[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]
 
 
@@ -71,6 +75,34 @@ def predict(
 ) -> torch.Tensor:
     """The model's answer tokens [B, seq_len] after all supervision steps (model in eval mode)."""
     return predict_with_halt(model, batch, halt_max_steps, placement)[0]
+
+
+def puzzle_runner(
+    model: torch.nn.Module, placement: Placement, halt_max_steps: int, batch_size: int
+) -> RunPuzzles:
+    """The model as :data:`trm.evaluation.attempts.RunPuzzles`: token rows in batches of at
+    most ``batch_size``, every supervision step, answers and halting steps as NumPy."""
+
+    def run(inputs: np.ndarray, identifiers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        answers, steps = [], []
+        for start in range(0, len(inputs), batch_size):
+            rows = slice(start, start + batch_size)
+            batch = {"inputs": inputs[rows], "labels": inputs[rows]}
+            batch = placement.to_device({**batch, "puzzle_identifiers": identifiers[rows]})
+            outputs, halt_steps = run_all_steps(model, batch, halt_max_steps, placement)
+            answers.append(outputs["logits"].argmax(dim=-1).cpu().numpy())
+            steps.append(halt_steps.cpu().numpy())
+        return np.concatenate(answers), np.concatenate(steps)
+
+    return run
+
+
+def exact_rows(predictions: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per row, 1.0 when every scored cell (label not ignored) is right and there is one,
+    else 0.0 (NumPy twin of :func:`score_sums`' exact count)."""
+    mask = labels != IGNORE_LABEL
+    right = ((predictions == labels) | ~mask).all(axis=-1) & mask.any(axis=-1)
+    return right.astype(np.float64)
 
 
 def confidence(q_halt_logits: torch.Tensor) -> np.ndarray:
@@ -158,6 +190,7 @@ def evaluate(
     max_examples: int = 0,
     task_metrics: TaskMetrics | None = None,
     task_evaluator: TaskEvaluator | None = None,
+    attempts: AttemptPlan | None = None,
 ) -> dict[str, float]:
     """Exact and cell accuracy over the first ``max_examples`` examples (0 = all) of a split,
     the loss and the Q head's figures (:func:`halting_metrics`), and the task's own metrics
@@ -172,6 +205,10 @@ def evaluate(
     (:meth:`trm.device.distributed.World.shard`) and the sums are combined over the ranks,
     so every rank returns the result of the whole set.
     A task evaluator's records are gathered from every rank and merged before ``result()``.
+
+    ``attempts`` with more than one attempt (:mod:`trm.evaluation.attempts`) adds
+    ``exact_accuracy@K``: the answers the rules refuse tried again under the task's
+    symmetries; every other figure is of the first attempt, the puzzles as given.
 
     The scoring and halting sums stay on the device, added batch by batch (the backend's
     ``mark_step`` after each), and are read to the host once, at the end: one host read per
@@ -201,6 +238,17 @@ def evaluate(
                 values = task_metrics(rows["inputs"], rows["labels"], preds.cpu().numpy())
                 for name, per_row in values.items():
                     task_sums[name] = task_sums.get(name, 0.0) + float(np.sum(per_row))
+            if attempts is not None and attempts.attempts > 1:
+                retried = try_again(
+                    attempts,
+                    puzzle_runner(model, placement, halt_max_steps, batch_size),
+                    rows["inputs"],
+                    rows["puzzle_identifiers"],
+                    preds.cpu().numpy(),
+                    halt_steps.cpu().numpy(),
+                )
+                right = exact_rows(retried.answers, rows["labels"])
+                task_sums[_RETRIED] = task_sums.get(_RETRIED, 0.0) + float(right.sum())
             if task_evaluator is not None:
                 task_evaluator.add(
                     rows["inputs"],
@@ -219,9 +267,14 @@ def evaluate(
     if task_evaluator is not None:
         _merge_over_ranks(task_evaluator)
     examples_done = max(total, 1)
+    retried = {}
+    if _RETRIED in task_sums and attempts is not None:
+        exact_retried = task_sums.pop(_RETRIED) / max(n_scored, 1)
+        retried = {at_attempts_key(attempts.attempts): exact_retried}
     return {
         "examples": n_scored,
         "exact_accuracy": n_exact / max(n_scored, 1),
+        **retried,
         "cell_accuracy": cell_sum / max(n_scored, 1),
         **halting_metrics(halting),
         **{name: value / examples_done for name, value in task_sums.items()},
@@ -283,7 +336,7 @@ def evaluate_in_run(
         try:
             args = (index, spec.arch.halt_max_steps, batch_size, placement)
             evaluator = scoring.start()
-            extra = (spec.train.eval_max_examples, task_metrics, evaluator)
+            extra = (spec.train.eval_max_examples, task_metrics, evaluator, scoring.attempts)
             if state.ema is not None:
                 with state.ema.swap_in(state.model):
                     result = evaluate(state.model, *args, *extra)

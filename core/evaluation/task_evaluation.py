@@ -17,6 +17,7 @@ from typing import Any
 from attrs import define, field
 
 from trm.data.evaluator import TaskEvaluator
+from trm.evaluation.attempts import AttemptPlan
 from trm.state import TrainState
 
 DEFAULT_PRIMARY_METRIC = "exact_accuracy"
@@ -28,13 +29,15 @@ class TaskEvaluation:
 
     ``make`` builds a fresh evaluator (None: the source has none for this split);
     ``primary_metric`` names the result that picks the best checkpoint; ``pool`` keeps the
-    records of each finished evaluation for the next.
+    records of each finished evaluation for the next; ``attempts`` tries the answers the
+    task's rules refuse again (``train.eval_attempts``; None: one attempt).
     """
 
     make: Callable[[], TaskEvaluator | None] | None = None
     primary_metric: str = DEFAULT_PRIMARY_METRIC
     pool: bool = False
     pooled: list[Any] = field(factory=list)
+    attempts: AttemptPlan | None = None
 
     def start(self) -> TaskEvaluator | None:
         """The evaluator for one evaluation (with the pool merged in when pooling)."""
@@ -49,12 +52,14 @@ class TaskEvaluation:
             self.pooled = list(evaluator.records())
 
 
-def task_evaluation(source: Any, data_dir: Path, split: str, pool: bool) -> TaskEvaluation:
+def task_evaluation(
+    source: Any, data_dir: Path, split: str, pool: bool, attempts: AttemptPlan | None = None
+) -> TaskEvaluation:
     """The task evaluation of a run on ``data_dir/split`` with data source ``source``."""
     factory = getattr(source, "evaluator", None)
     make = (lambda: factory(data_dir, split)) if callable(factory) else None
     metric = getattr(source, "primary_metric", None) or DEFAULT_PRIMARY_METRIC
-    return TaskEvaluation(make=make, primary_metric=str(metric), pool=pool)
+    return TaskEvaluation(make=make, primary_metric=str(metric), pool=pool, attempts=attempts)
 
 
 def record_best(state: TrainState, result: dict[str, float], metric: str) -> bool:

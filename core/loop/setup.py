@@ -16,6 +16,7 @@ from trm.data.shape import DatasetShape
 from trm.device.compile import compile_network
 from trm.device.contract import HOST, DeviceBackend, Placement
 from trm.errors import TrmError
+from trm.evaluation.attempts import plan_attempts
 from trm.evaluation.evaluate import TaskMetrics
 from trm.evaluation.task_evaluation import TaskEvaluation, task_evaluation
 from trm.loop.data_parallel import DataParallel
@@ -98,7 +99,12 @@ def open_data(
     )
     source = find_data_source(pm, spec.data.source)
     task_metrics = getattr(source, "task_metrics", None)
-    scoring = task_evaluation(source, data_dir, spec.data.eval_split, spec.train.eval_pool)
+    attempts = plan_attempts(
+        source, shape.seq_len, spec.train.eval_attempts, spec.train.seed, "train.eval_attempts"
+    )
+    scoring = task_evaluation(
+        source, data_dir, spec.data.eval_split, spec.train.eval_pool, attempts
+    )
     return RunData(reader, sampler, evaluation, shape, task_metrics, scoring)
 
 

@@ -16,6 +16,7 @@ from attrs import frozen
 
 from trm.data.reader import ReaderChoice, choose_reader
 from trm.data.shape import DatasetShape
+from trm.data.symmetry import check_attempts
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile, merge_profiles
 from trm.memory import MODES, MemoryEstimate, collect_estimate
@@ -203,7 +204,8 @@ def plan_run(
     if mode is not None and mode not in MODES:
         raise TrmError(f"mode {mode!r}: choose one of {', '.join(MODES)}")
     check_spec(pm, spec, log)
-    find_data_source(pm, spec.data.source)  # an unknown source is an error even with data.dir
+    source = find_data_source(pm, spec.data.source)  # an unknown source is an error with data.dir
+    check_attempts(source, spec.train.eval_attempts, "train.eval_attempts")
     hardware = hardware if hardware is not None else detect_hardware(pm)
     runtime = choose_runtime(pm, spec, hardware)
     dataset = dataset_shape(pm, spec, run_dir, log, build=build_data)

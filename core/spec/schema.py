@@ -78,6 +78,10 @@ class TrainSpec:
     # a task evaluator (ARC's vote) pools the predictions of every evaluation of the run, as
     # the reference does unless reset; false: each evaluation starts empty
     eval_pool: bool = False
+    # answers the task's rules refuse are tried again under the task's symmetries, up to this
+    # many attempts in all (1: the puzzle as given only); evaluations then also report
+    # exact_accuracy@K (trm.evaluation.attempts)
+    eval_attempts: int = 1
     checkpoint_interval_steps: int = 0
     checkpoint_keep: int = 3
 

@@ -42,6 +42,7 @@ import math
 
 import numpy as np
 
+from trm.data.symmetry import CellSymmetry
 from trm.errors import TrmError
 
 PAD, WALL, OPEN, START, GOAL, PATH = range(6)
@@ -321,6 +322,22 @@ def dihedral(grid: np.ndarray, which: int) -> np.ndarray:
     if which == 6:
         return np.swapaxes(grid, -1, -2)
     return np.rot90(np.swapaxes(grid, -1, -2), 2, axes=(-2, -1))
+
+
+def dihedral_symmetry(size: int, which: int) -> CellSymmetry:
+    """Transform ``which`` (1-7, as :func:`dihedral` numbers them) of ``size x size`` token
+    rows as a cell map; tokens keep their meaning (S stays the start, G the goal)."""
+    cells = np.arange(size * size).reshape(size, size)
+    return CellSymmetry(positions=dihedral(cells, which).ravel(), tokens=np.arange(VOCAB_SIZE))
+
+
+def dihedral_symmetries(size: int, count: int, rng: np.random.Generator) -> list[CellSymmetry]:
+    """``count`` of the seven dihedral maps other than the identity: the seven in an order
+    drawn with ``rng``, repeated from the start when ``count`` is more than seven. A path's
+    validity and length do not change under them (moves are to the four neighbours), so a
+    valid shortest path maps to one of the image."""
+    order = rng.permutation(np.arange(1, 8))
+    return [dihedral_symmetry(size, int(order[i % 7])) for i in range(count)]
 
 
 def canonical_key(row: np.ndarray, size: int) -> bytes:

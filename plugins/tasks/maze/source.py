@@ -51,6 +51,7 @@ from trm.data.puzzle_dataset import (
     write_identifiers,
 )
 from trm.data.shape import DatasetShape
+from trm.data.symmetry import CellSymmetry
 from trm.errors import TrmError
 from trm.plugins.tasks.maze import grid
 from trm.plugins.tasks.maze.csv_import import count_rows, csv_files, read_maze_csv
@@ -489,6 +490,16 @@ class MazeSource:
     def path_quality(self, question: np.ndarray, answer: np.ndarray) -> tuple[bool, bool]:
         """``(valid, optimal)``: see :func:`trm.plugins.tasks.maze.grid.path_quality`."""
         return grid.path_quality(question, answer)
+
+    def answer_symmetries(
+        self, seq_len: int, count: int, rng: np.random.Generator
+    ) -> list[CellSymmetry]:
+        """``count`` of a square maze's dihedral maps other than the identity, in an order
+        drawn with ``rng`` (:func:`trm.plugins.tasks.maze.grid.dihedral_symmetries`). They
+        keep a path's validity and length, not the label's tie-break between shortest paths:
+        an answer accepted under one is a shortest path, perhaps another than the label's.
+        TrmError when ``seq_len`` is not a square maze."""
+        return grid.dihedral_symmetries(grid.size_from_seq_len(seq_len), count, rng)
 
     def is_solvable(self, question: np.ndarray) -> bool:
         """True when the question has one S and one G joined through non-wall cells."""

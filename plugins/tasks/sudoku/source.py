@@ -28,12 +28,14 @@ from trm.data.puzzle_dataset import (
     write_identifiers,
     write_split,
 )
+from trm.data.symmetry import CellSymmetry
 from trm.errors import TrmError
 from trm.plugins.tasks.sudoku import grid
 from trm.plugins.tasks.sudoku.augment import augment_copies
 from trm.plugins.tasks.sudoku.csv_import import csv_files, read_sudoku_csv
 from trm.plugins.tasks.sudoku.generator import generate_many
 from trm.plugins.tasks.sudoku.solver import count_solutions, is_valid_solution
+from trm.plugins.tasks.sudoku.symmetry import draw_many
 
 SET_NAME = "all"
 IDENTIFIERS = ["<blank>"]
@@ -535,6 +537,15 @@ class SudokuSource:
         if (q_digits < 0).any():
             return False
         return is_valid_solution(q_digits, grid.decode(answer))
+
+    def answer_symmetries(
+        self, seq_len: int, count: int, rng: np.random.Generator
+    ) -> list[CellSymmetry]:
+        """``count`` drawn maps that keep a Sudoku's solution (digit relabelling, row and
+        column permutations within bands and stacks, band and stack permutations,
+        transposition: :mod:`trm.plugins.tasks.sudoku.symmetry`); TrmError when ``seq_len``
+        is not a Sudoku grid."""
+        return draw_many(grid.size_from_seq_len(seq_len), count, rng)
 
     def is_solvable(self, question: np.ndarray) -> bool:
         """True when the question tokens (as :meth:`parse_puzzle` returns) have a solution.
