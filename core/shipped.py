@@ -45,6 +45,21 @@ class Machine:
 
 
 @define(frozen=True)
+class RetriedAccuracy:
+    """A model's exact accuracy on one kind with ``attempts`` attempts, the symmetries drawn
+    from ``attempts_seed`` (``trm eval --attempts K --attempts-seed N``;
+    :mod:`trm.evaluation.attempts`), beside ``exact_accuracy_one_attempt`` measured by the same
+    ``command``; ``results`` names the results document (benchmarks/results/…) it is from."""
+
+    attempts: int
+    attempts_seed: int
+    exact_accuracy: float
+    exact_accuracy_one_attempt: float
+    command: str
+    results: str
+
+
+@define(frozen=True)
 class KindAccuracy:
     """A model's score on the held-out puzzles of one kind.
 
@@ -52,7 +67,8 @@ class KindAccuracy:
     generates them; ``options`` its full generate options (``[data.generate]``), ``seed`` the
     build seed: the source's ``build(options, dir, seed)`` writes the same test split again.
     ``count`` is how many of that split's examples were scored (its first ``count``).
-    Accuracies are fractions in [0, 1].
+    Accuracies are fractions in [0, 1], with one attempt; ``retried`` holds the exact
+    accuracies measured with more attempts.
     """
 
     kind: str
@@ -62,6 +78,7 @@ class KindAccuracy:
     count: int
     exact_accuracy: float
     cell_accuracy: float
+    retried: list[RetriedAccuracy] = field(factory=list)
 
 
 @define(frozen=True)
@@ -147,6 +164,12 @@ def read_manifest(path: Path) -> Manifest:
         _check_range(path, f"kinds[{index}].count", kind.count, 1, None)
         _check_range(path, f"kinds[{index}].exact_accuracy", kind.exact_accuracy, 0.0, 1.0)
         _check_range(path, f"kinds[{index}].cell_accuracy", kind.cell_accuracy, 0.0, 1.0)
+        for number, retried in enumerate(kind.retried):
+            where = f"kinds[{index}].retried[{number}]"
+            _check_range(path, f"{where}.attempts", retried.attempts, 2, None)
+            _check_range(path, f"{where}.exact_accuracy", retried.exact_accuracy, 0.0, 1.0)
+            one = retried.exact_accuracy_one_attempt
+            _check_range(path, f"{where}.exact_accuracy_one_attempt", one, 0.0, 1.0)
     return manifest
 
 

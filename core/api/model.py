@@ -21,7 +21,8 @@ from trm.api.arguments import plugin_arguments, python_errors
 from trm.api.log import Log, say
 from trm.data.evaluator import RunRows, TaskSolution
 from trm.errors import TrmError
-from trm.evaluation.evaluate import confidence, predict_with_halt, run_all_steps
+from trm.evaluation.attempts import plan_attempts, try_again
+from trm.evaluation.evaluate import confidence, predict_with_halt, puzzle_runner, run_all_steps
 from trm.plan.dataset import find_data_source
 from trm.plan.pipeline import detect_hardware, runtime_here
 from trm.plugin_manager import TrmPluginManager, load_plugins
@@ -58,7 +59,9 @@ class Solution:
     own yes/no checks (maze: ``valid_path``); ``task`` the data source's name;
     ``question``/``tokens`` the token rows; ``question_cells``/``answer_cells`` one
     character a cell, as ``parse_puzzle`` reads them (the source's ``format_cells``; None
-    when it has none).
+    when it has none); ``attempts`` the attempts allowed (``solve(attempts=K)``) and
+    ``attempt`` the one whose answer is returned (1: the puzzle as given; None: no attempt's
+    answer obeyed the rules and the answer is their cell-wise majority).
     """
 
     task: str
@@ -73,12 +76,15 @@ class Solution:
     tokens: np.ndarray = attrs.field(repr=False, eq=False)
     question_cells: str | None = None
     answer_cells: str | None = None
+    attempts: int = 1
+    attempt: int | None = 1
 
     def document(self) -> dict[str, Any]:
         """The JSON document ``trm solve --json`` prints: the token rows (``question``,
         ``answer``), the cells a script reads (``question_cells``, ``answer_cells``: one
         character a cell, e.g. Sudoku digits with ``.`` for a blank), the grids as text and
-        the verdicts."""
+        the verdicts; with more than one attempt allowed, ``attempts`` and ``attempt``."""
+        tried = {"attempts": self.attempts, "attempt": self.attempt} if self.attempts > 1 else {}
         return {
             "question": self.question.tolist(),
             "answer": self.tokens.tolist(),
@@ -90,6 +96,7 @@ class Solution:
             "answer_text": self.answer,
             "question_cells": self.question_cells,
             "answer_cells": self.answer_cells,
+            **tried,
         }
 
     def __str__(self) -> str:
@@ -99,6 +106,13 @@ class Solution:
         lines += [
             f"{k.replace('_', ' ')}: {'yes' if v else 'no'}" for k, v in self.verdicts.items()
         ]
+        if self.attempts > 1:
+            lines.append(
+                f"attempts: the answer of attempt {self.attempt} of {self.attempts}"
+                if self.attempt is not None
+                else f"attempts: none of {self.attempts} obeyed the rules; the answer is "
+                "their cell-wise majority"
+            )
         if self.solvable is False:
             lines.append(
                 f"the puzzle has no solution (checked by the {self.task} solver); "
@@ -133,19 +147,28 @@ class Model:
         """Tokens in one puzzle this model takes (a 9x9 Sudoku: 81)."""
         return checkpoint_shape(self.payload).seq_len
 
-    def solve(self, puzzle: str | os.PathLike[str]) -> Solution:
+    def solve(
+        self, puzzle: str | os.PathLike[str], *, attempts: int = 1, attempts_seed: int = 0
+    ) -> Solution:
         """Solve one puzzle: text in the task's format ('.' or 0 for blanks; a maze drawn
         in characters), or a :class:`pathlib.Path` of a file holding it (a text is always
         the puzzle itself, never a file name). TrmError, with ``trm solve``'s message, for
         a malformed puzzle, one of another size than the model's (for a shipped model, the
         message begins with the size it solves: ``quickstart solves 4x4 Sudoku (16 cells):
-        …``), or a task solved whole (ARC: :meth:`solve_task`)."""
+        …``), or a task solved whole (ARC: :meth:`solve_task`).
+
+        ``attempts`` K: when the answer breaks the task's rules, the puzzle is tried again
+        under up to K - 1 of the task's symmetries drawn from ``attempts_seed``, and the
+        first answer the rules accept is returned (:mod:`trm.evaluation.attempts`); 1, the
+        default, is the puzzle as given only. TrmError for fewer than 1, or more than 1 for a
+        task without symmetries."""
         source = self.source
         if callable(getattr(source, "solve_task", None)):
             raise TrmError(
                 f"the {source.name} source solves whole tasks: use Model.solve_task(TASK) "
                 "(a task id or a task JSON file)"
             )
+        plan = plan_attempts(source, self.seq_len, attempts, attempts_seed, "attempts")
         try:
             question = parse_puzzle(source, puzzle, self.seq_len)
         except TrmError as exc:
@@ -163,6 +186,14 @@ class Model:
         halt_max_steps = self.spec.arch.halt_max_steps
         outputs, halt_steps = run_all_steps(self.module, batch, halt_max_steps, placement)
         answer = outputs["logits"].argmax(dim=-1)[0].cpu().numpy()
+        steps = halt_steps.cpu().numpy()
+        attempt: int | None = 1
+        if plan.attempts > 1:
+            run = puzzle_runner(self.module, placement, halt_max_steps, 1)
+            identifiers = np.zeros(1, dtype=np.int64)
+            tried = try_again(plan, run, question[None, :], identifiers, answer[None, :], steps)
+            answer, steps = tried.answers[0], tried.halt_steps
+            attempt = int(tried.attempt[0]) or None
         verdicts: dict[str, bool] = {}
         task_metrics = getattr(source, "task_metrics", None)
         if callable(task_metrics):
@@ -175,7 +206,7 @@ class Model:
             puzzle=source.format_grid(question),
             answer=source.format_grid(answer),
             valid=bool(source.check_answer(question, answer)),
-            steps=int(halt_steps[0].item()),
+            steps=int(steps[0]),
             max_steps=halt_max_steps,
             solvable=bool(check(question)) if callable(check) else None,
             verdicts=verdicts,
@@ -183,6 +214,8 @@ class Model:
             tokens=answer,
             question_cells=cells(question) if callable(cells) else None,
             answer_cells=cells(answer) if callable(cells) else None,
+            attempts=plan.attempts,
+            attempt=attempt,
         )
 
     def solve_task(

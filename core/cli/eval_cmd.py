@@ -31,9 +31,11 @@ from trm.cli.output import info, print_json
 from trm.data.evaluator import TaskEvaluator
 from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
+from trm.data.symmetry import check_attempts, check_attempts_count
 from trm.errors import TrmError
+from trm.evaluation.attempts import AttemptPlan, at_attempts_key, plan_attempts
 from trm.evaluation.evaluate import evaluate
-from trm.evaluation.held_out import score_kind
+from trm.evaluation.held_out import manifest_at_attempts, score_kind
 from trm.restore import check_eval_data
 from trm.shipped import Manifest
 
@@ -59,6 +61,7 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
         type=Path,
         help="write the answers in the task's submission format (ARC Prize's submission.json)",
     )
+    _attempts_options(ev)
     ev.add_argument("--json", action="store_true", help="print one JSON document")
     ev.set_defaults(func=run_eval)
 
@@ -82,14 +85,37 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
         help="where a task that draws its answer writes the picture (ARC; default: TASK.png "
         "in the current folder)",
     )
+    _attempts_options(solve)
     solve.add_argument("--json", action="store_true", help="print one JSON document")
     solve.set_defaults(func=run_solve)
 
 
+def _attempts_options(parser: argparse.ArgumentParser) -> None:
+    """``--attempts K`` and ``--attempts-seed N`` (trm.evaluation.attempts)."""
+    parser.add_argument(
+        "--attempts",
+        type=int,
+        default=1,
+        metavar="K",
+        help="when an answer breaks the task's rules, try the puzzle again under up to K-1 of "
+        "the task's symmetries (Sudoku, mazes) and keep the first answer the rules accept "
+        "(default 1: the puzzle as given)",
+    )
+    parser.add_argument(
+        "--attempts-seed",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="seed the symmetries of --attempts are drawn from (default 0)",
+    )
+
+
 def run_eval(args: argparse.Namespace) -> int:
+    check_attempts_count(args.attempts, "--attempts")
     loaded = load_model(args.checkpoint, tuple(args.plugins), info)
+    attempts = _attempt_plan(args, loaded)
     if loaded.manifest is not None and args.data is None:
-        return _eval_shipped(args, loaded, loaded.manifest)
+        return _eval_shipped(args, loaded, loaded.manifest, attempts)
     payload, runtime, spec, model = loaded.payload, loaded.runtime, loaded.spec, loaded.module
     data_dir = loaded.data_dir(args.data)
     split = args.split if args.split is not None else spec.data.eval_split
@@ -106,6 +132,7 @@ def run_eval(args: argparse.Namespace) -> int:
         args.max_examples,
         getattr(source, "task_metrics", None),
         evaluator,
+        attempts,
     )
     if args.submission is not None:
         _write_submission(args.submission, evaluator)
@@ -119,9 +146,15 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
     else:
+        at_k = at_attempts_key(attempts.attempts)
+        retried = (
+            f" with 1 attempt, {result[at_k]:.2%} with {attempts.attempts}"
+            if at_k in result and attempts.attempts > 1
+            else ""
+        )
         print(
             f"{result['examples']} examples of {result['split']} at step {result['step']}: "
-            f"exact accuracy {result['exact_accuracy']:.2%}, "
+            f"exact accuracy {result['exact_accuracy']:.2%}{retried}, "
             f"cell accuracy {result['cell_accuracy']:.2%}"
             + "".join(
                 f", {_metric_name(k)} {_shown(k, v)}" for k, v in _task_values(result).items()
@@ -130,8 +163,18 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_shipped(args: argparse.Namespace, loaded: Model, manifest: Manifest) -> int:
-    """``trm eval NAME``: each kind of the manifest scored again beside its recorded figure.
+def _attempt_plan(args: argparse.Namespace, loaded: Model) -> AttemptPlan:
+    """The attempts ``--attempts``/``--attempts-seed`` ask of ``loaded``'s puzzles."""
+    seq_len = loaded.seq_len
+    return plan_attempts(loaded.source, seq_len, args.attempts, args.attempts_seed, "--attempts")
+
+
+def _eval_shipped(
+    args: argparse.Namespace, loaded: Model, manifest: Manifest, attempts: AttemptPlan
+) -> int:
+    """``trm eval NAME``: each kind of the manifest scored again beside its recorded figure
+    (with ``--attempts K``, the figures of one attempt and of K, beside the manifest's of K
+    when it records them for that K and seed).
 
     ``--max-examples`` scores fewer than the manifest's count of each kind (a quicker,
     rougher check); ``--split`` and ``--submission`` need ``--data``."""
@@ -157,29 +200,41 @@ def _eval_shipped(args: argparse.Namespace, loaded: Model, manifest: Manifest) -
             args.batch_size,
             _quiet,
             f"manifest of {manifest.name}, kind {kind.kind!r}",
+            attempts,
         )
-        rows.append(
-            {
-                "kind": kind.kind,
-                "seed": kind.seed,
-                "examples": score.examples,
-                "exact_accuracy": score.exact_accuracy,
-                "cell_accuracy": score.cell_accuracy,
-                "manifest_count": kind.count,
-                "manifest_exact_accuracy": kind.exact_accuracy,
-                "manifest_cell_accuracy": kind.cell_accuracy,
-            }
-        )
+        row = {
+            "kind": kind.kind,
+            "seed": kind.seed,
+            "examples": score.examples,
+            "exact_accuracy": score.exact_accuracy,
+            "cell_accuracy": score.cell_accuracy,
+            "manifest_count": kind.count,
+            "manifest_exact_accuracy": kind.exact_accuracy,
+            "manifest_cell_accuracy": kind.cell_accuracy,
+        }
+        if attempts.attempts > 1:
+            key = at_attempts_key(attempts.attempts)
+            row[key] = score.exact_accuracy_at_attempts
+            row[f"manifest_{key}"] = manifest_at_attempts(kind, attempts)
+        rows.append(row)
     if args.json:
         print_json({"model": manifest.name, "step": loaded.step, "kinds": rows})
         return 0
     print(f"{manifest.name} (shipped, step {loaded.step}): held-out exact accuracy")
     width = max([len(r["kind"]) for r in rows] + [4])
-    print(f"  {'kind':<{width}}  examples  exact    manifest  cell")
+    k = attempts.attempts
+    retried = f"  {f'exact@{k}':>8}  {'manifest':>8}" if k > 1 else ""
+    print(f"  {'kind':<{width}}  examples  exact    manifest  cell  {retried}")
     for r in rows:
+        shown = ""
+        if k > 1:
+            recorded = r[f"manifest_{at_attempts_key(k)}"]
+            shown = f"  {r[at_attempts_key(k)]:>8.2%}  " + (
+                f"{recorded:>8.2%}" if recorded is not None else f"{'-':>8}"
+            )
         print(
             f"  {r['kind']:<{width}}  {r['examples']:>8}  {r['exact_accuracy']:>7.2%}  "
-            f"{r['manifest_exact_accuracy']:>7.2%}   {r['cell_accuracy']:.2%}"
+            f"{r['manifest_exact_accuracy']:>7.2%}   {r['cell_accuracy']:.2%}{shown}"
             + (
                 ""
                 if r["examples"] == r["manifest_count"]
@@ -273,10 +328,13 @@ def _metric_name(key: str) -> str:
 
 
 def run_solve(args: argparse.Namespace) -> int:
+    check_attempts_count(args.attempts, "--attempts")
     model = load_model(args.checkpoint, tuple(args.plugins), info)
+    check_attempts(model.source, args.attempts, "--attempts")
     if callable(getattr(model.source, "solve_task", None)):
         return _solve_task(args, model)
-    solution = model.solve(puzzle_argument(args.puzzle))
+    attempts, seed = args.attempts, args.attempts_seed
+    solution = model.solve(puzzle_argument(args.puzzle), attempts=attempts, attempts_seed=seed)
     if args.json:
         print_json(solution.document())
     else:

@@ -84,12 +84,13 @@ def _padded(tokens: np.ndarray, size: int) -> np.ndarray:
 def check_attempts(source: Any, attempts: int, where: str) -> None:
     """TrmError naming ``where`` unless ``source`` can give ``attempts`` attempts (before
     the puzzles' shape is known: the source has symmetries at all)."""
-    _check_count(attempts, where)
+    check_attempts_count(attempts, where)
     if attempts > 1 and not callable(getattr(source, "answer_symmetries", None)):
         raise no_symmetries(source, attempts, where)
 
 
-def _check_count(attempts: int, where: str) -> None:
+def check_attempts_count(attempts: int, where: str) -> None:
+    """TrmError naming ``where`` unless ``attempts`` is a whole number of at least 1."""
     if isinstance(attempts, bool) or not isinstance(attempts, (int, np.integer)):
         raise TrmError(f"{where} must be a whole number of at least 1, not {attempts!r}")
     if attempts < 1:

@@ -35,11 +35,12 @@ def at_attempts_key(attempts: int) -> str:
 @frozen
 class AttemptPlan:
     """``attempts`` tries a puzzle: as given, then under ``symmetries`` (``attempts - 1`` of
-    them, in order); ``check(question, answer)`` is the task's rules."""
+    them, in order, drawn from ``seed``); ``check(question, answer)`` is the task's rules."""
 
     attempts: int
     symmetries: tuple[CellSymmetry, ...]
     check: Callable[[np.ndarray, np.ndarray], bool]
+    seed: int = 0
 
 
 @frozen
@@ -66,7 +67,7 @@ def plan_attempts(source: Any, seq_len: int, attempts: int, seed: int, where: st
         symmetries = list(draw(seq_len, int(attempts) - 1, np.random.default_rng(seed)))
         if not symmetries:
             raise no_symmetries(source, attempts, where)
-    return AttemptPlan(int(attempts), tuple(symmetries), source.check_answer)
+    return AttemptPlan(int(attempts), tuple(symmetries), source.check_answer, int(seed))
 
 
 def try_again(

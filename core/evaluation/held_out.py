@@ -22,20 +22,33 @@ from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
 from trm.device.contract import Placement
 from trm.errors import TrmError
+from trm.evaluation.attempts import AttemptPlan, at_attempts_key
 from trm.evaluation.evaluate import evaluate
 from trm.plan.dataset import build_options, find_data_source
 from trm.plugin_manager import TrmPluginManager
 from trm.restore import check_eval_data
+from trm.shipped import KindAccuracy
 from trm.spec import CONVERTER, RunSpec
 
 
 @define(frozen=True)
 class KindScore:
-    """A model's score on the first ``examples`` held-out puzzles of one kind (fractions)."""
+    """A model's score on the first ``examples`` held-out puzzles of one kind (fractions);
+    ``exact_accuracy_at_attempts`` with the attempts asked for (None: one attempt)."""
 
     examples: int
     exact_accuracy: float
     cell_accuracy: float
+    exact_accuracy_at_attempts: float | None = None
+
+
+def manifest_at_attempts(kind: KindAccuracy, attempts: AttemptPlan) -> float | None:
+    """The exact accuracy ``kind`` records for these attempts and their seed (None: it
+    records none)."""
+    for retried in kind.retried:
+        if retried.attempts == attempts.attempts and retried.attempts_seed == attempts.seed:
+            return retried.exact_accuracy
+    return None
 
 
 def kind_options(
@@ -60,13 +73,15 @@ def score_kind(
     batch_size: int,
     log: Callable[[str], None],
     where: str,
+    attempts: AttemptPlan | None = None,
 ) -> KindScore:
     """Build the kind's dataset (``spec``'s source, ``options``, ``seed``) in a temporary
     folder and score ``model`` (restored from ``payload``) on the first ``count`` examples
     of its eval split, running every supervision step as ``trm eval`` does.
 
     TrmError (naming ``where``) when the options do not parse or the built data do not fit
-    the model (another puzzle size).
+    the model (another puzzle size). ``attempts`` (more than one) adds the exact accuracy
+    with them (:mod:`trm.evaluation.attempts`).
     """
     source = find_data_source(pm, spec.data.source)
     built = build_options(source, dict(options), where)
@@ -89,9 +104,14 @@ def score_kind(
             batch_size,
             placement,
             max_examples=count,
+            attempts=attempts,
         )
+    retried = None
+    if attempts is not None and attempts.attempts > 1:
+        retried = float(result[at_attempts_key(attempts.attempts)])
     return KindScore(
         examples=int(result["examples"]),
         exact_accuracy=float(result["exact_accuracy"]),
         cell_accuracy=float(result["cell_accuracy"]),
+        exact_accuracy_at_attempts=retried,
     )
