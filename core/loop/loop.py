@@ -31,6 +31,7 @@ from trm.data.reader import ReaderChoice, choose_reader
 from trm.data.shape import read_shape
 from trm.device import distributed
 from trm.device.host_memory import reuse_freed_memory
+from trm.evaluation.attempts import at_attempts_key
 from trm.evaluation.evaluate import evaluate_in_run
 from trm.hardware import HardwareProfile
 from trm.interop.init_from import start_from_weights
@@ -371,6 +372,7 @@ class Trainer:
             "best_value": state.best_value if state.best_step else None,
             "final_exact_accuracy": state.last_eval.get("exact_accuracy"),
             "final_cell_accuracy": state.last_eval.get("cell_accuracy"),
+            **_final_retried(state),
             "final_weights_sha256": digest,
             "checkpoint_step": state.checkpoint_step,
             "micro_batch_size": state.micro_batch_size,
@@ -396,3 +398,14 @@ class Trainer:
                 self.journal.log(f"warning: summary.json could not be written ({exc})")
         self.pm.hook.on_train_end(state=state, summary=summary)
         return summary
+
+
+def _final_retried(state: TrainState) -> dict[str, Any]:
+    """With ``train.eval_attempts`` K above 1: ``eval_attempts`` and the last evaluation's
+    exact accuracy with K attempts as ``final_exact_accuracy@K`` (nothing with one attempt,
+    so such a run's summary keeps its keys)."""
+    attempts = state.spec.train.eval_attempts
+    if attempts <= 1:
+        return {}
+    key = at_attempts_key(attempts)
+    return {"eval_attempts": attempts, f"final_{key}": state.last_eval.get(key)}

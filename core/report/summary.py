@@ -11,6 +11,9 @@ from trm.report.runs import Run
 
 MB = 2**20
 
+# Eval rows name the exact accuracy of K attempts exact_accuracy@K (trm.evaluation.attempts).
+RETRIED_PREFIX = "exact_accuracy@"
+
 
 def _median_speed(run: Run) -> float | None:
     """Median samples/s, leaving out the first steps (compilation, cold caches)."""
@@ -36,6 +39,17 @@ def _best(values: list[float]) -> float | None:
     return max(values) if values else None
 
 
+def _final_retried(evals: list[dict[str, Any]]) -> dict[str, Any]:
+    """``eval_attempts`` K and ``final_retried_exact_accuracy`` (the last evaluation's
+    ``exact_accuracy@K``) of a run evaluated with more than one attempt; None without."""
+    last = evals[-1] if evals else {}
+    for key, value in last.items():
+        if key.startswith(RETRIED_PREFIX) and key[len(RETRIED_PREFIX) :].isdigit():
+            attempts = int(key[len(RETRIED_PREFIX) :])
+            return {"eval_attempts": attempts, "final_retried_exact_accuracy": value}
+    return {"eval_attempts": None, "final_retried_exact_accuracy": None}
+
+
 def run_summary(run: Run) -> dict[str, Any]:
     """One row of the table, as JSON-ready data (None where the run does not say)."""
     # an imported run (trm import) has no training rows yet: its step is its event rows'
@@ -56,6 +70,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         "wall_s": summary.get("wall_s", last.get("wall_s")),
         "stopped": summary.get("stopped"),
         "final_exact_accuracy": exact[-1] if exact else None,
+        **_final_retried(run.evals),
         "best_exact_accuracy": _best(exact),
         "best_step": best_step,
         "final_cell_accuracy": cells[-1] if cells else None,

@@ -33,6 +33,9 @@ DATA_WAIT_SHOWN = 0.05  # the line shows the share of a step spent waiting for d
 BAR_MAX_CHARS = 30
 BAR_MIN_CHARS = 10  # a narrower terminal shows the line without a bar
 
+# The eval row's key of exact accuracy with K attempts: exact_accuracy@K.
+RETRIED = "exact_accuracy@"
+
 
 def _format_duration(seconds: float) -> str:
     if seconds != seconds:  # NaN
@@ -184,9 +187,18 @@ class Progress:
     @hookimpl
     def on_eval(self, state: TrainState, metrics: dict[str, Any], control: TrainControl) -> None:
         self.eval_text = f"{metrics['exact_accuracy']:.1%}"
+        retried = next(
+            (
+                f" ({v:.2%} with {k[len(RETRIED) :]} attempts)"
+                for k, v in metrics.items()
+                if k.startswith(RETRIED)
+            ),
+            "",
+        )
         text = (
-            f"eval @ step {state.step}: exact accuracy {metrics['exact_accuracy']:.2%}, "
-            f"cell accuracy {metrics['cell_accuracy']:.2%} ({metrics['examples']} held-out)"
+            f"eval @ step {state.step}: exact accuracy {metrics['exact_accuracy']:.2%}"
+            f"{retried}, cell accuracy {metrics['cell_accuracy']:.2%} "
+            f"({metrics['examples']} held-out)"
         )
         if state.best_metric != "exact_accuracy" and state.best_metric in metrics:
             text += f", {state.best_metric} {metrics[state.best_metric]:.2%}"
