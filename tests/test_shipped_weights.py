@@ -218,6 +218,49 @@ def test_eval_name_prints_the_manifest_figure_beside_its_own(cli, tmp_path, monk
     assert f"({manifest.kinds[0].count} in the manifest)" in result.out
 
 
+def test_the_laptop_manifest_records_each_kind_with_8_attempts_from_its_results_document():
+    manifest = shipped_manifest("sudoku9-laptop")
+    for kind in manifest.kinds:
+        (retried,) = [r for r in kind.retried if r.attempts == 8 and r.attempts_seed == 0]
+        assert retried.exact_accuracy_one_attempt == kind.exact_accuracy  # reproduced
+        assert retried.exact_accuracy >= retried.exact_accuracy_one_attempt
+        assert retried.command.startswith("python benchmarks/attempts.py sudoku9-laptop ")
+        document = json.loads((REPO / retried.results).read_text())
+        (row,) = [r for r in document["kinds"] if r["kind"] == kind.kind]
+        assert row["examples"] == kind.count and document["attempts"] == 8
+        assert row["exact_accuracy@8"] == retried.exact_accuracy
+        assert row["exact_accuracy"] == retried.exact_accuracy_one_attempt
+
+
+@pytest.mark.slow
+def test_eval_name_with_8_attempts_reproduces_and_shows_the_manifests_figures(
+    cli, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    manifest = shipped_manifest("sudoku9-laptop")
+    result = cli("eval", "sudoku9-laptop", "--attempts", "8", "--json")
+    assert result.code == 0, result.err
+    for row, kind in zip(json.loads(result.out)["kinds"], manifest.kinds, strict=True):
+        (retried,) = [r for r in kind.retried if r.attempts == 8]
+        assert row["manifest_exact_accuracy@8"] == retried.exact_accuracy
+        assert abs(row["exact_accuracy@8"] - retried.exact_accuracy) <= 0.02
+        assert abs(row["exact_accuracy"] - kind.exact_accuracy) <= 0.02
+    text = cli("eval", "sudoku9-laptop", "--attempts", "8", "--max-examples", "20").out
+    assert "exact@8" in text
+    for kind in manifest.kinds:
+        assert f"{kind.retried[0].exact_accuracy:.2%}" in text
+
+
+def test_a_manifest_with_an_impossible_retried_figure_is_one_line(cli, tmp_path, monkeypatch):
+    folder = _copy_of_shipped(tmp_path, monkeypatch)
+    manifest = folder / "sudoku9-laptop.json"
+    document = json.loads(manifest.read_text())
+    document["kinds"][0]["retried"][0]["exact_accuracy"] = 1.5
+    manifest.write_text(json.dumps(document))
+    result = cli("eval", "sudoku9-laptop", "--attempts", "8")
+    assert_one_line_error(result, "sudoku9-laptop.json", "retried[0].exact_accuracy", "1.5")
+
+
 def test_eval_of_a_shipped_name_refuses_split_without_data(cli):
     result = cli("eval", "quickstart", "--split", "train")
     assert_one_line_error(result, "--split needs --data")
