@@ -59,6 +59,7 @@ def test_eval_with_k_attempts_reports_one_attempt_and_k_side_by_side(tiny, cli):
     text = cli("eval", tiny.run, "--attempts", "4").out
     assert f"{plain['exact_accuracy']:.2%} with 1 attempt" in text
     assert f"{retried['exact_accuracy@4']:.2%} with 4" in text
+    assert "accuracy@" not in text  # the figure of K attempts is said once, in words
 
 
 def test_evaluation_during_training_reports_both_and_the_summary_keeps_both(tiny, cli):

@@ -33,7 +33,12 @@ from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
 from trm.data.symmetry import check_attempts, check_attempts_count
 from trm.errors import TrmError
-from trm.evaluation.attempts import AttemptPlan, at_attempts_key, plan_attempts
+from trm.evaluation.attempts import (
+    AT_ATTEMPTS_PREFIX,
+    AttemptPlan,
+    at_attempts_key,
+    plan_attempts,
+)
 from trm.evaluation.evaluate import evaluate
 from trm.evaluation.held_out import manifest_at_attempts, score_kind
 from trm.restore import check_eval_data
@@ -311,7 +316,9 @@ def _write_submission(path: Path, evaluator: TaskEvaluator | None) -> None:
 def _task_values(result: dict[str, Any]) -> dict[str, float]:
     """The task metrics of an evaluation (the keys beyond exact and cell accuracy)."""
     common = ("checkpoint", "step", "split", "examples", "exact_accuracy", "cell_accuracy")
-    return {k: v for k, v in result.items() if k not in common}
+    return {
+        k: v for k, v in result.items() if k not in common and not k.startswith(AT_ATTEMPTS_PREFIX)
+    }
 
 
 def _shown(key: str, value: float) -> str:

@@ -23,13 +23,14 @@ from trm.data.symmetry import CellSymmetry, check_attempts, no_symmetries
 
 # (inputs [B, seq_len], puzzle identifiers [B]) -> (answer tokens [B, seq_len], halt steps [B])
 RunPuzzles = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
-# The name of the exact accuracy of K attempts in evaluation results (exact_accuracy@8).
-AT_ATTEMPTS = "exact_accuracy@{}"
+# The name of the exact accuracy of K attempts in evaluation results is this and K
+# (exact_accuracy@8).
+AT_ATTEMPTS_PREFIX = "exact_accuracy@"
 
 
 def at_attempts_key(attempts: int) -> str:
     """The result key of exact accuracy with ``attempts`` attempts (``exact_accuracy@8``)."""
-    return AT_ATTEMPTS.format(attempts)
+    return f"{AT_ATTEMPTS_PREFIX}{attempts}"
 
 
 @frozen

@@ -212,8 +212,8 @@ def evaluate(
 
     The scoring and halting sums stay on the device, added batch by batch (the backend's
     ``mark_step`` after each), and are read to the host once, at the end: one host read per
-    evaluation. Only ``task_metrics`` and ``task_evaluator``, which take NumPy rows, read each
-    batch's predictions (and the confidence).
+    evaluation. Only ``task_metrics``, ``task_evaluator`` and more than one attempt, which take
+    NumPy rows, read each batch's predictions (and the confidence).
     """
     total = index.num_examples if max_examples <= 0 else min(max_examples, index.num_examples)
     share = distributed.current().shard(total)  # range(total) with one process
