@@ -49,6 +49,15 @@ def test_one_attempt_gives_exactly_the_plain_answers_and_figures(tiny, cli):
     assert plain.code == once.code == 0 and once.out == plain.out
 
 
+def test_one_attempt_of_a_shipped_model_prints_the_plain_table(cli):
+    plain = cli("eval", "quickstart", "--max-examples", "20")
+    once = cli("eval", "quickstart", "--max-examples", "20", "--attempts", "1")
+    assert plain.code == once.code == 0 and once.out == plain.out
+    assert plain.out.splitlines()[1].endswith("manifest  cell")  # no column of K attempts
+    retried = cli("eval", "quickstart", "--max-examples", "20", "--attempts", "3")
+    assert retried.out.splitlines()[1].split()[-2:] == ["exact@3", "manifest"]
+
+
 def test_eval_with_k_attempts_reports_one_attempt_and_k_side_by_side(tiny, cli):
     plain = json.loads(cli("eval", tiny.run, "--json").out)
     result = cli("eval", tiny.run, "--json", "--attempts", "4")

@@ -228,8 +228,8 @@ def _eval_shipped(
     print(f"{manifest.name} (shipped, step {loaded.step}): held-out exact accuracy")
     width = max([len(r["kind"]) for r in rows] + [4])
     k = attempts.attempts
-    retried = f"  {f'exact@{k}':>8}  {'manifest':>8}" if k > 1 else ""
-    print(f"  {'kind':<{width}}  examples  exact    manifest  cell  {retried}")
+    retried = f"    {f'exact@{k}':>8}  {'manifest':>8}" if k > 1 else ""
+    print(f"  {'kind':<{width}}  examples  exact    manifest  cell{retried}")
     for r in rows:
         shown = ""
         if k > 1:
