@@ -277,7 +277,8 @@ class Model:
 
 def load(name_or_path: str | Path, *, plugins: Any = ()) -> Model:
     """The model of a run directory (its newest valid checkpoint), a checkpoint file, a model
-    folder ``trm export --format hf`` wrote, or a shipped model's name (``"sudoku9-laptop"``), ready on this machine's device.
+    folder ``trm export --format hf`` wrote, or a shipped model's name (``"sudoku9-laptop"``),
+    ready on this machine's device.
 
     ``plugins`` switches plugins on as :func:`trm.train`'s does: installed plugins by name
     (a data source's plugin, say) or plugin objects. TrmError, with ``trm solve``'s

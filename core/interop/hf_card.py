@@ -80,9 +80,9 @@ def _held_out(run_dir: Path, step: int, split: str) -> HeldOut | None:
         if not isinstance(row, dict) or row.get("kind") != "eval":
             continue
         at, accuracy = row.get("step"), row.get("exact_accuracy")
-        if isinstance(at, int) and at <= step and isinstance(accuracy, (int, float)):
-            if best is None or at >= best["step"]:
-                best = row
+        usable = isinstance(at, int) and at <= step and isinstance(accuracy, (int, float))
+        if usable and (best is None or at >= best["step"]):
+            best = row
     if best is None:
         return None
     examples = best.get("examples")
@@ -206,4 +206,3 @@ def model_card(
         "",
     ]
     return _front_matter(spec, license_id, datasets) + "\n" + "\n".join(body)
-

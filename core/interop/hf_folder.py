@@ -56,14 +56,12 @@ def read_config(folder: Path) -> dict[str, Any]:
         raise TrmError(f"{path} holds {type(data).__name__}, not a JSON object; it is damaged")
     if data.get("format") != FORMAT_NAME:
         raise TrmError(
-            f"{path} is not a trm model's config (its \"format\" is {data.get('format')!r}, not "
+            f'{path} is not a trm model\'s config (its "format" is {data.get("format")!r}, not '
             f"{FORMAT_NAME!r}); give a folder written by `trm export RUN --format hf`"
         )
     version = data.get("format_version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise TrmError(
-            f"{path}: format_version {version!r} is not a version number; it is damaged"
-        )
+        raise TrmError(f"{path}: format_version {version!r} is not a version number; it is damaged")
     if version > FORMAT_VERSION:
         raise TrmError(
             f"{path} is of format version {version}, newer than the {FORMAT_VERSION} this trm "
