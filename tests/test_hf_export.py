@@ -19,6 +19,7 @@ from tests.conftest import assert_one_line_error
 from tests.test_interop import held_out
 from tests.tiny_run import build_tiny_data, summary, write_spec
 from trm.cli.main import main
+from trm.interop.hf_export import plain_tensors
 from trm.plugin_manager import load_plugins
 from trm.restore import restore_model
 
@@ -204,3 +205,22 @@ def test_exporting_a_run_with_no_checkpoint_writes_nothing(tiny, tmp_path, cli):
     assert_one_line_error(result, "no checkpoint found")
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty_run"]  # no staging left
+
+
+def test_tensors_that_share_memory_are_stored_each_under_its_own_name(tmp_path):
+    tied = torch.nn.Sequential(torch.nn.Embedding(4, 3), torch.nn.Linear(3, 4, bias=False))
+    tied[1].weight = tied[0].weight  # one tensor under two names, as tied weights are
+    with pytest.raises(RuntimeError):
+        save_file(tied.state_dict(), tmp_path / "raw.safetensors")
+    save_file(plain_tensors(tied), tmp_path / "plain.safetensors")
+    stored = load_file(tmp_path / "plain.safetensors")
+    assert torch.equal(stored["0.weight"], stored["1.weight"])
+
+
+def test_the_folder_exports_again_to_the_references_layout(tiny, tmp_path, cli):
+    out = tmp_path / "reference"
+    result = cli("export", tiny.folder, "--format", "reference", "--out", out)
+    assert result.code == 0, result.err
+    state = torch.load(out / "step_12", weights_only=True)
+    stored = load_file(tiny.folder / "model.safetensors")
+    assert torch.equal(state["_orig_mod.model.inner.lm_head.weight"], stored["lm_head.weight"])
