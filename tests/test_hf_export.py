@@ -224,3 +224,19 @@ def test_the_folder_exports_again_to_the_references_layout(tiny, tmp_path, cli):
     state = torch.load(out / "step_12", weights_only=True)
     stored = load_file(tiny.folder / "model.safetensors")
     assert torch.equal(state["_orig_mod.model.inner.lm_head.weight"], stored["lm_head.weight"])
+
+
+def test_the_weights_file_is_as_readable_as_the_rest_of_the_folder(tiny):
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tiny.folder.iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"] == modes["README.md"], modes
+
+
+def test_the_folder_exported_again_keeps_its_weights_and_says_they_are_the_ema_copy(
+    tiny, tmp_path, cli
+):
+    out = tmp_path / "again"
+    assert cli("export", tiny.folder, "--format", "hf", "--out", out).code == 0
+    first, again = load_file(tiny.folder / "model.safetensors"), load_file(out / "model.safetensors")
+    assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
+    config = json.loads((out / "config.json").read_text())
+    assert config["weights"]["ema"] is True and config["step"] == 12

@@ -13,6 +13,7 @@ and loading copies them back into the model as it builds them. The folder is ass
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -107,20 +108,23 @@ def export_hf(
     spec, model = restore_model(payload, torch.device("cpu"))
     shape = checkpoint_shape(payload)
     step = int(payload.get("step") or 0)
-    ema = payload.get("ema") is not None
+    ema = payload.get("ema") is not None or payload.get("exported_ema") is True
     config = model_config(spec, shape, model.recursion_in_force(), step, ema)
     record: RunRecord = read_run_record(run, step, spec.data.eval_split)
     card = model_card(spec, shape, record, step, ema, license_id, datasets)
     weights = plain_tensors(model)
-
-    def write(staging: Path) -> None:
-        save_file(weights, str(staging / WEIGHTS_FILE), metadata={"format": "pt"})
-        text = json.dumps(config, indent=2, sort_keys=False, allow_nan=False) + "\n"
-        (staging / CONFIG_FILE).write_text(text, encoding="utf-8")
-        (staging / CARD_FILE).write_text(card, encoding="utf-8")
-
     try:
-        write_folder(out, "exporting", write)
+        text = json.dumps(config, indent=2, allow_nan=False) + "\n"
     except ValueError as exc:  # a value JSON cannot hold (nan, inf) in the spec
         raise TrmError(f"the checkpoint's spec cannot be written as JSON ({exc})") from None
+
+    def write(staging: Path) -> None:
+        (staging / CONFIG_FILE).write_text(text, encoding="utf-8")
+        (staging / CARD_FILE).write_text(card, encoding="utf-8")
+        save_file(weights, str(staging / WEIGHTS_FILE), metadata={"format": "pt"})
+        # safetensors creates its file readable by its owner only; give it the permissions
+        # every other file of the folder has (the umask's), so a shared copy is readable
+        os.chmod(staging / WEIGHTS_FILE, (staging / CONFIG_FILE).stat().st_mode & 0o777)
+
+    write_folder(out, "exporting", write)
     return HfExportResult(out, step, ema)

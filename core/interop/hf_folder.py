@@ -96,7 +96,8 @@ def read_weights(folder: Path) -> dict[str, Any]:
 def read_model_folder(folder: Path) -> dict[str, Any]:
     """The checkpoint payload of the model folder ``folder``: ``spec``, ``model`` (the
     weights), ``ema`` None, ``dataset_shape``, ``recursion``, ``step``, ``trm_version`` and
-    ``loaded_from``, the keys ``trm.restore.restore_model`` reads. The weights' names and
+    ``loaded_from``, the keys ``trm.restore.restore_model`` reads, and ``exported_ema``:
+    whether the weights are a run's EMA copy (config.json's ``weights.ema``). The weights' names and
     shapes are checked there, against the model the spec describes. TrmError as
     :func:`read_config` and :func:`read_weights`."""
     config = read_config(folder)
@@ -104,6 +105,7 @@ def read_model_folder(folder: Path) -> dict[str, Any]:
     if not isinstance(layout, dict):
         raise TrmError(f"{folder / CONFIG_FILE}: data_layout is not a JSON object; it is damaged")
     step = config["step"]
+    weights = config.get("weights")
     return {
         "trm_version": config.get("trm_version"),
         "spec": config["spec"],
@@ -113,5 +115,6 @@ def read_model_folder(folder: Path) -> dict[str, Any]:
         "recursion": config["recursion"],
         "dataset_shape": {k: v for k, v in layout.items() if k != "puzzle_prefix_len"},
         "data_dir": None,
+        "exported_ema": isinstance(weights, dict) and weights.get("ema") is True,
         "loaded_from": str(folder),
     }
