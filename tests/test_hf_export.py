@@ -236,7 +236,8 @@ def test_the_folder_exported_again_keeps_its_weights_and_says_they_are_the_ema_c
 ):
     out = tmp_path / "again"
     assert cli("export", tiny.folder, "--format", "hf", "--out", out).code == 0
-    first, again = load_file(tiny.folder / "model.safetensors"), load_file(out / "model.safetensors")
+    first = load_file(tiny.folder / "model.safetensors")
+    again = load_file(out / "model.safetensors")
     assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
     config = json.loads((out / "config.json").read_text())
     assert config["weights"]["ema"] is True and config["step"] == 12
