@@ -37,7 +37,7 @@ def tiny(tmp_path_factory) -> SimpleNamespace:
     assert main(["run", str(spec), "--out", str(run_dir)]) == 0
     folder = base / "exported"
     args = ["export", str(run_dir), "--format", "hf", "--out", str(folder)]
-    assert main([*args, "--license", "apache-2.0"]) == 0
+    assert main([*args, "--license", "apache-2.0", "--dataset", "someone/sudoku-4x4"]) == 0
     return SimpleNamespace(base=base, data=data, spec=spec, run=run_dir, folder=folder)
 
 
@@ -113,6 +113,7 @@ def test_the_model_card_names_the_held_out_accuracy_the_command_and_the_machine(
     _, front, body = text.split("---\n", 2)
     meta = yaml.safe_load(front)
     assert meta["library_name"] == "trm" and meta["license"] == "apache-2.0"
+    assert meta["datasets"] == ["someone/sudoku-4x4"]
     assert "sudoku" in meta["tags"]
     eval_rows = [
         json.loads(line)
@@ -241,3 +242,10 @@ def test_the_folder_exported_again_keeps_its_weights_and_says_they_are_the_ema_c
     assert first.keys() == again.keys() and all(torch.equal(first[k], again[k]) for k in first)
     config = json.loads((out / "config.json").read_text())
     assert config["weights"]["ema"] is True and config["step"] == 12
+
+
+def test_model_card_options_with_the_reference_format_are_refused(tiny, tmp_path, cli):
+    out = tmp_path / "ref"
+    result = cli("export", tiny.run, "--format", "reference", "--out", out, "--license", "mit")
+    assert_one_line_error(result, "--license and --dataset", "--format hf")
+    assert not out.exists()
