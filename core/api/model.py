@@ -23,6 +23,7 @@ from trm.data.evaluator import RunRows, TaskSolution
 from trm.errors import TrmError
 from trm.evaluation.attempts import plan_attempts, try_again
 from trm.evaluation.evaluate import confidence, predict_with_halt, puzzle_runner, run_all_steps
+from trm.interop.hf_folder import is_model_folder, read_model_folder
 from trm.plan.dataset import find_data_source
 from trm.plan.pipeline import detect_hardware, runtime_here
 from trm.plugin_manager import TrmPluginManager, load_plugins
@@ -308,8 +309,9 @@ class Model:
 
 
 def load(name_or_path: str | Path, *, plugins: Any = ()) -> Model:
-    """The model of a run directory (its newest valid checkpoint), a checkpoint file, or a
-    shipped model's name (``"sudoku9-laptop"``), ready on this machine's device.
+    """The model of a run directory (its newest valid checkpoint), a checkpoint file, a model
+    folder ``trm export --format hf`` wrote, or a shipped model's name (``"sudoku9-laptop"``),
+    ready on this machine's device.
 
     ``plugins`` switches plugins on as :func:`trm.train`'s does: installed plugins by name
     (a data source's plugin, say) or plugin objects. TrmError, with ``trm solve``'s
@@ -384,6 +386,11 @@ def _checkpoint_path(path: Path) -> tuple[Path, Manifest | None]:
 
 
 def _load_payload(pm: TrmPluginManager, path: Path) -> dict[str, Any]:
+    """The payload of a checkpoint file, a run directory (its newest valid checkpoint, via
+    ``load_checkpoint``) or a model folder ``trm export --format hf`` wrote (json and
+    safetensors only)."""
+    if is_model_folder(path):
+        return read_model_folder(path)
     if not path.is_file() and not path.is_dir():
         raise TrmError(
             f"checkpoint {path} is not a regular file; give a checkpoint file or run dir"

@@ -50,7 +50,8 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     ev.add_argument(
         "checkpoint",
         type=Path,
-        help="a checkpoint file, a run directory or a shipped model's name",
+        help="a checkpoint file, a run directory, a model folder (trm export --format hf) "
+        "or a shipped model's name",
     )
     ev.add_argument("--data", type=Path, help="dataset directory (default: the one trained on)")
     ev.add_argument("--split", default=None, help="split to score (default: the spec's eval split)")
@@ -74,7 +75,8 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     solve.add_argument(
         "checkpoint",
         type=Path,
-        help="a checkpoint file, a run directory or a shipped model's name",
+        help="a checkpoint file, a run directory, a model folder (trm export --format hf) "
+        "or a shipped model's name",
     )
     solve.add_argument(
         "puzzle",

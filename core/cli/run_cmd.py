@@ -60,8 +60,9 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
         "--init-from",
         type=Path,
         metavar="CHECKPOINT",
-        help="start a new run from these weights (a trm run or checkpoint, or a reference "
-        "step_N file); the puzzle table of another dataset starts as its mean row",
+        help="start a new run from these weights (a trm run or checkpoint, a model folder of "
+        "trm export --format hf, or a reference step_N file); the puzzle table of another "
+        "dataset starts as its mean row",
     )
     parser.set_defaults(func=run)
 

@@ -17,6 +17,7 @@ import torch
 from attrs import frozen
 
 from trm.errors import TrmError
+from trm.interop.hf_folder import is_model_folder, read_model_folder
 from trm.interop.importer import check_output, write_folder
 from trm.interop.reference_config import (
     CONFIG_FILE,
@@ -34,7 +35,7 @@ from trm.plugin_manager import TrmPluginManager
 from trm.restore import checkpoint_shape, restore_model
 
 Log = Callable[[str], None]
-FORMATS = ("reference",)
+FORMATS = ("reference", "hf")
 
 
 @frozen
@@ -48,10 +49,12 @@ class ExportResult:
 
 
 def load_trm_checkpoint(pm: TrmPluginManager, path: Path) -> dict:
-    """The trm checkpoint ``path`` names (a file, or a run directory's newest); TrmError when
-    there is none."""
+    """The trm checkpoint ``path`` names (a file, a run directory's newest, or a model folder
+    ``trm export --format hf`` wrote); TrmError when there is none."""
     if not path.exists():
         raise TrmError(f"{path} does not exist; give a run directory or a checkpoint file")
+    if is_model_folder(path):
+        return read_model_folder(path)
     payload = pm.hook.load_checkpoint(path=path, map_location="cpu")
     if payload is None:
         raise TrmError(

@@ -1,7 +1,8 @@
 """``trm run SPEC --init-from CHECKPOINT``: a new run that starts from trained weights.
 
 ``CHECKPOINT`` is a trm checkpoint (a file or a run directory: its EMA weights when it has
-them, as ``trm eval`` scores them) or a reference one (a ``step_N`` file or its folder, with
+them, as ``trm eval`` scores them), a model folder ``trm export --format hf`` wrote, or a
+reference one (a ``step_N`` file or its folder, with
 or without ``_orig_mod.``). Only the weights are taken: the optimizers, the schedule, the
 step and the data order start afresh, and the EMA starts from the loaded weights. Every
 tensor must have the shape this run's spec gives it, except the puzzle-embedding table: when
@@ -20,6 +21,7 @@ import torch
 from torch import Tensor
 
 from trm.errors import TrmError
+from trm.interop.hf_folder import is_model_folder, read_model_folder
 from trm.interop.importer import find_checkpoint
 from trm.interop.reference_weights import (
     INNER_PREFIX,
@@ -45,6 +47,9 @@ Log = Callable[[str], None]
 
 def read_weights(pm: TrmPluginManager, path: Path) -> tuple[dict[str, Tensor], str]:
     """trm-named weights of the checkpoint ``path`` and what they are, in words."""
+    if is_model_folder(path):
+        _, model = restore_model(read_model_folder(path), torch.device("cpu"))
+        return model.state_dict(), f"the weights of model folder {path}"
     if path.is_dir() and not (path / "checkpoints").is_dir():
         path = find_checkpoint(path)  # a reference run's folder
     if path.is_dir():
