@@ -204,8 +204,17 @@ def plan_run(
     if mode is not None and mode not in MODES:
         raise TrmError(f"mode {mode!r}: choose one of {', '.join(MODES)}")
     check_spec(pm, spec, log)
-    source = find_data_source(pm, spec.data.source)  # an unknown source is an error with data.dir
-    check_attempts(source, spec.train.eval_attempts, "train.eval_attempts")
+    if spec.data.is_mix:
+        for entry in spec.data.mix:
+            find_data_source(pm, entry.source)  # an unknown source is an error with a dir
+        if spec.train.eval_attempts > 1:
+            raise TrmError(
+                "train.eval_attempts: a mix's evaluation scores one attempt per puzzle; "
+                "leave it at 1 with [[data.mix]]"
+            )
+    else:
+        source = find_data_source(pm, spec.data.source)  # an unknown source is an error with data.dir
+        check_attempts(source, spec.train.eval_attempts, "train.eval_attempts")
     hardware = hardware if hardware is not None else detect_hardware(pm)
     runtime = choose_runtime(pm, spec, hardware)
     dataset = dataset_shape(pm, spec, run_dir, log, build=build_data)
