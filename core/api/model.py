@@ -19,7 +19,9 @@ import torch
 
 from trm.api.arguments import plugin_arguments, python_errors
 from trm.api.log import Log, say
+from trm.api.mixed import checkpoint_layout, pick_task
 from trm.data.evaluator import RunRows, TaskSolution
+from trm.data.mix_layout import MixLayout
 from trm.errors import TrmError
 from trm.evaluation.attempts import plan_attempts, try_again
 from trm.evaluation.evaluate import confidence, predict_with_halt, puzzle_runner, run_all_steps
@@ -142,14 +144,44 @@ class Model:
     module: torch.nn.Module = attrs.field(repr=False)
     pm: TrmPluginManager = attrs.field(repr=False)
     manifest: Manifest | None = attrs.field(default=None, repr=False)
+    # a model of a multi-task mix: the task it solves (``source`` is that task's; None: not
+    # chosen yet, and ``source`` is None) — see :meth:`for_task` and trm.api.mixed
+    task: str | None = None
+
+    @property
+    def layout(self) -> MixLayout | None:
+        """The mix layout of a model trained on several tasks (None: one dataset)."""
+        return checkpoint_layout(self.payload)
 
     @property
     def seq_len(self) -> int:
-        """Tokens in one puzzle this model takes (a 9x9 Sudoku: 81)."""
+        """Tokens in one puzzle this model takes (a 9x9 Sudoku: 81; of a mix: the task's)."""
+        layout = self.layout
+        if layout is not None and self.task is not None:
+            return layout.task(self.task).seq_len
         return checkpoint_shape(self.payload).seq_len
 
+    def for_task(self, task: str) -> Model:
+        """This mixed model bound to its task ``task`` (its source parses, formats and checks
+        the puzzles); TrmError naming the tasks it learned."""
+        layout = self.layout
+        if layout is None:
+            raise TrmError(f"--task {task}: the model was trained on one dataset; leave it out")
+        source = find_data_source(self.pm, layout.task(task).source)
+        return attrs.evolve(self, task=task, source=source)
+
+    def _task_sources(self) -> dict[str, Any]:
+        layout = self.layout
+        assert layout is not None
+        return {t.name: find_data_source(self.pm, t.source) for t in layout.tasks}
+
     def solve(
-        self, puzzle: str | os.PathLike[str], *, attempts: int = 1, attempts_seed: int = 0
+        self,
+        puzzle: str | os.PathLike[str],
+        *,
+        attempts: int = 1,
+        attempts_seed: int = 0,
+        task: str | None = None,
     ) -> Solution:
         """Solve one puzzle: text in the task's format ('.' or 0 for blanks; a maze drawn
         in characters), or a :class:`pathlib.Path` of a file holding it (a text is always
@@ -162,7 +194,23 @@ class Model:
         under up to K - 1 of the task's symmetries drawn from ``attempts_seed``, and the
         first answer the rules accept is returned (:mod:`trm.evaluation.attempts`); 1, the
         default, is the puzzle as given only. TrmError for fewer than 1, or more than 1 for a
-        task without symmetries."""
+        task without symmetries or for a model trained on a mix.
+
+        ``task`` names the task of a model trained on a mix (needed only when the puzzle
+        could be several tasks')."""
+        layout = self.layout
+        if layout is not None and (self.task is None or task not in (None, self.task)):
+            name = pick_task(layout, self._task_sources(), puzzle, task, parse_puzzle)
+            return self.for_task(name).solve(
+                puzzle, attempts=attempts, attempts_seed=attempts_seed
+            )
+        if task is not None and layout is None:
+            raise TrmError(f"--task {task}: the model was trained on one dataset; leave it out")
+        if layout is not None and attempts > 1:
+            raise TrmError(
+                f"--attempts {attempts}: a model trained on a mix answers with one attempt; "
+                "leave --attempts out"
+            )
         source = self.source
         if callable(getattr(source, "solve_task", None)):
             raise TrmError(
@@ -177,11 +225,15 @@ class Model:
                 raise
             raise TrmError(f"{self.manifest.name} solves {self.manifest.puzzle}: {exc}") from None
         placement = self.runtime.placement()
+        row, identifier = question, 0
+        if layout is not None and self.task is not None:  # into the mix's tokens
+            row = layout.to_mixed(self.task, question)
+            identifier = layout.task(self.task).identifier_offset
         batch = placement.to_device(
             {
-                "inputs": question[None, :],
-                "labels": question[None, :],
-                "puzzle_identifiers": np.zeros(1, dtype=np.int64),
+                "inputs": row[None, :],
+                "labels": row[None, :],
+                "puzzle_identifiers": np.full(1, identifier, dtype=np.int64),
             }
         )
         halt_max_steps = self.spec.arch.halt_max_steps
@@ -189,6 +241,8 @@ class Model:
         answer = outputs["logits"].argmax(dim=-1)[0].cpu().numpy()
         steps = halt_steps.cpu().numpy()
         attempt: int | None = 1
+        if layout is not None and self.task is not None:  # back into the task's tokens
+            answer = layout.from_mixed(self.task, answer)
         if plan.attempts > 1:
             run = puzzle_runner(self.module, placement, halt_max_steps, 1)
             identifiers = np.zeros(1, dtype=np.int64)
@@ -227,6 +281,11 @@ class Model:
         dataset folder (default: the one trained on, when it is still there), ``png`` where
         a task that draws its answer writes the picture. TrmError for a source that solves
         single puzzles (use :meth:`solve`)."""
+        if self.layout is not None:
+            raise TrmError(
+                "a model trained on a mix solves single puzzles of its tasks (trm solve "
+                "--task NAME PUZZLE); whole tasks of many rows (ARC) are not solved from a mix"
+            )
         solve = getattr(self.source, "solve_task", None)
         if not callable(solve):
             raise TrmError(
@@ -405,6 +464,12 @@ def _load_payload(pm: TrmPluginManager, path: Path) -> dict[str, Any]:
 
 
 def _source(pm: TrmPluginManager, spec: RunSpec) -> Any:
+    """The checkpoint's data source; None for a mix (each task has its own: Model.for_task),
+    whose sources must all be here."""
+    if spec.data.is_mix:
+        for entry in spec.data.mix:
+            _source(pm, attrs.evolve(spec, data=attrs.evolve(spec.data, source=entry.source)))
+        return None
     try:
         return find_data_source(pm, spec.data.source)
     except TrmError as exc:
