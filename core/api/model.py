@@ -201,9 +201,7 @@ class Model:
         layout = self.layout
         if layout is not None and (self.task is None or task not in (None, self.task)):
             name = pick_task(layout, self._task_sources(), puzzle, task, parse_puzzle)
-            return self.for_task(name).solve(
-                puzzle, attempts=attempts, attempts_seed=attempts_seed
-            )
+            return self.for_task(name).solve(puzzle, attempts=attempts, attempts_seed=attempts_seed)
         if task is not None and layout is None:
             raise TrmError(f"--task {task}: the model was trained on one dataset; leave it out")
         if layout is not None and attempts > 1:

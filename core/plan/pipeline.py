@@ -213,7 +213,7 @@ def plan_run(
                 "leave it at 1 with [[data.mix]]"
             )
     else:
-        source = find_data_source(pm, spec.data.source)  # an unknown source is an error with data.dir
+        source = find_data_source(pm, spec.data.source)  # unknown: an error even with data.dir
         check_attempts(source, spec.train.eval_attempts, "train.eval_attempts")
     hardware = hardware if hardware is not None else detect_hardware(pm)
     runtime = choose_runtime(pm, spec, hardware)
