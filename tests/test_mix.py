@@ -427,3 +427,14 @@ def test_each_bad_mix_table_is_named_in_one_message(tables, fragment):
     with pytest.raises(TrmError) as refused:
         spec_from_dict({"data": {"mix": tables}}, "spec.toml")
     assert fragment in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_attempts_are_refused_for_a_mix_in_one_line(cli, mixed_run, tmp_path):
+    result = cli("run", mixed_run.spec, "--out", tmp_path / "run", "--set", "train.eval_attempts=2")
+    assert_one_line_error(result, "train.eval_attempts", "[[data.mix]]")
+    assert not (tmp_path / "run").exists()
+    text = "1... .... ..3. .4.."
+    result = cli("solve", mixed_run.run_dir, text, "--task", "sudoku4", "--attempts", "2")
+    assert_one_line_error(result, "--attempts 2", "mix")
+    result = cli("eval", mixed_run.run_dir, "--attempts", "2")
+    assert_one_line_error(result, "--attempts 2", "mix")
