@@ -438,3 +438,18 @@ def test_attempts_are_refused_for_a_mix_in_one_line(cli, mixed_run, tmp_path):
     assert_one_line_error(result, "--attempts 2", "mix")
     result = cli("eval", mixed_run.run_dir, "--attempts", "2")
     assert_one_line_error(result, "--attempts 2", "mix")
+
+
+def test_a_mixed_model_exported_as_a_model_folder_solves_each_task_as_its_run(
+    cli, mixed_run, tmp_path
+):
+    import trm
+
+    folder = tmp_path / "hf"
+    assert cli("export", str(mixed_run.run_dir), "--format", "hf", "--out", str(folder)).code == 0
+    run_model, folder_model = trm.load(mixed_run.run_dir), trm.load(folder)
+    assert folder_model.layout is not None
+    assert folder_model.layout.names == run_model.layout.names
+    for name in run_model.layout.names:
+        text = run_model.for_task(name).source.format_grid(_first_test_row(run_model.layout, name))
+        assert folder_model.solve(text).tokens.tolist() == run_model.solve(text).tokens.tolist()

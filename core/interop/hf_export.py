@@ -53,12 +53,20 @@ class HfExportResult:
 
 
 def model_config(
-    spec: RunSpec, shape: DatasetShape, recursion: dict[str, Any], step: int, ema: bool
+    spec: RunSpec,
+    shape: DatasetShape,
+    recursion: dict[str, Any],
+    step: int,
+    ema: bool,
+    mix_layout: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """config.json: the format and its version, the architecture, the run spec (everything
     trm rebuilds the model from), the data layout (the dataset shape with the puzzle prefix's
     length), the task (the data source that parses and renders its puzzles, and the
-    options that generate them), the recursion in force and the step."""
+    options that generate them), the recursion in force and the step; for a model trained
+    on a multi-task mix, ``mix_layout`` (each task's tokens, row length and identifiers in
+    the mix: :class:`trm.data.mix_layout.MixLayout`'s dictionary)."""
+    mix = {"mix_layout": mix_layout} if mix_layout is not None else {}
     return {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -79,6 +87,7 @@ def model_config(
         "recursion": recursion,
         "step": step,
         "spec": spec_to_dict(spec),
+        **mix,
     }
 
 
@@ -109,7 +118,9 @@ def export_hf(
     shape = checkpoint_shape(payload)
     step = int(payload.get("step") or 0)
     ema = payload.get("ema") is not None or payload.get("exported_ema") is True
-    config = model_config(spec, shape, model.recursion_in_force(), step, ema)
+    config = model_config(
+        spec, shape, model.recursion_in_force(), step, ema, payload.get("mix_layout")
+    )
     record: RunRecord = read_run_record(run, step, spec.data.eval_split)
     card = model_card(spec, shape, record, step, ema, license_id, datasets)
     weights = plain_tensors(model)

@@ -117,4 +117,5 @@ def read_model_folder(folder: Path) -> dict[str, Any]:
         "data_dir": None,
         "exported_ema": isinstance(weights, dict) and weights.get("ema") is True,
         "loaded_from": str(folder),
+        **({"mix_layout": config["mix_layout"]} if config.get("mix_layout") else {}),
     }
