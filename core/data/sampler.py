@@ -43,8 +43,9 @@ class SplitIndex:
     (memory-mapped int32), so the index of a split larger than memory costs no memory; several
     sets are combined into int64 arrays."""
 
-    def __init__(self, split: PuzzleSplit) -> None:
+    def __init__(self, split: PuzzleSplit, tasks: bool = False) -> None:
         self.split = split
+        self.tasks = tasks  # a mix: each set is a task, and a gathered row says whose it is
         self.set_names = list(split.sets)
         if len(self.set_names) == 1:  # the common case: the set's own (memory-mapped) arrays
             only = split.sets[self.set_names[0]]
@@ -80,7 +81,8 @@ class SplitIndex:
         return np.searchsorted(self.puzzle_start, examples, side="right") - 1
 
     def gather(self, examples: np.ndarray, ignore_label: int = -100) -> dict[str, np.ndarray]:
-        """Rows of inputs, labels (ignored cells as ``ignore_label``) and puzzle identifiers."""
+        """Rows of inputs, labels (ignored cells as ``ignore_label``) and puzzle identifiers;
+        for a mix (``tasks``) also ``task``, each row's task (its set's number)."""
         examples = np.asarray(examples, dtype=np.int64)
         seq_len = self.split.metadata.seq_len
         inputs = np.empty((len(examples), seq_len), dtype=np.int64)
@@ -99,7 +101,15 @@ class SplitIndex:
         if ignore_id is not None:
             labels[labels == ignore_id] = ignore_label
         identifiers = self.puzzle_identifier[self.puzzle_of_example(examples)]
-        return {"inputs": inputs, "labels": labels, "puzzle_identifiers": identifiers}
+        rows = {"inputs": inputs, "labels": labels, "puzzle_identifiers": identifiers}
+        if self.tasks:
+            rows["task"] = set_of.astype(np.int64)
+        return rows
+
+    def set_split(self, name: str) -> PuzzleSplit:
+        """The split of set ``name`` alone (a task of a mix)."""
+        split = self.split
+        return PuzzleSplit(path=split.path, metadata=split.metadata, sets={name: split.sets[name]})
 
 
 class TrainSampler:
@@ -178,15 +188,18 @@ class TrainSampler:
     def examples_for_step(self, step: int) -> np.ndarray:
         """The ``global_batch_size`` example indices that step ``step`` reads: stream
         positions ``[step * B, (step + 1) * B)``."""
-        first = step * self.batch_size
-        out = np.empty(self.batch_size, dtype=np.int64)
+        return self.examples_at(step * self.batch_size, self.batch_size)
+
+    def examples_at(self, first: int, count: int) -> np.ndarray:
+        """The example indices at stream positions ``[first, first + count)``."""
+        out = np.empty(count, dtype=np.int64)
         filled = 0
         with self._lock:
             epoch = self._epoch_at(first)
-            while filled < self.batch_size:
+            while filled < count:
                 order = self._order(epoch)
                 at = first + filled - self._epoch_start(epoch)
-                take = min(self.batch_size - filled, len(order) - at)
+                take = min(count - filled, len(order) - at)
                 out[filled : filled + take] = order[at : at + take]
                 filled += take
                 epoch += 1

@@ -51,6 +51,17 @@ from trm.spec import RunSpec
 from trm.state import TrainState, weights_sha256
 
 
+def per_task_figures(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A mix's evaluation result by task: ``{TASK: {"exact_accuracy": …, …}}`` from its
+    ``NAME/TASK`` figures (empty for one dataset)."""
+    tasks: dict[str, dict[str, Any]] = {}
+    for key, value in result.items():
+        name, slash, task = key.partition("/")
+        if slash:
+            tasks.setdefault(task, {})[name] = value
+    return tasks
+
+
 class Stopwatch:
     """The run's training wall time: what earlier processes trained plus this one's."""
 
@@ -102,6 +113,7 @@ class Trainer:
             loss=spec.arch.loss,
             global_batch=spec.train.global_batch_size,
             parallel=self.parallel if self.parallel.active else None,
+            task_names=tuple(entry.task for entry in spec.data.mix),
         )
         writes = self.parallel.world.is_first  # rank 0 alone writes the run's files
         self.journal = Journal(MetricsLog(run_dir / "metrics.jsonl" if writes else None), log)
@@ -273,6 +285,7 @@ class Trainer:
                 self.journal,
                 data.task_metrics,
                 data.task_evaluation,
+                data.tasks,
             )
         requests.apply_micro_batch_request(state, control, self.journal)
         requests.apply_recursion_requests(state, control, self.journal)
@@ -382,6 +395,9 @@ class Trainer:
             "findings": self.check_health(),
             "world_size": self.parallel.world.size,
         }
+        tasks = per_task_figures(state.last_eval)
+        if tasks:
+            summary["final_tasks"] = tasks
         if self.parallel.active:
             together = stopped not in ("failed", "quit")  # else a rank may be gone
             agree = self.parallel.weights_agree(state.model, digest) if together else None

@@ -6,9 +6,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from attrs import frozen
 
+from trm.data.mix_layout import MixLayout, read_layout
+from trm.data.mix_sampler import MixSampler
 from trm.data.puzzle_dataset import PuzzleSplit, open_split
 from trm.data.reader import DataReader, MemoryReader, ReaderChoice
 from trm.data.sampler import SplitIndex, TrainSampler
@@ -17,6 +20,7 @@ from trm.device.compile import compile_network
 from trm.device.contract import HOST, DeviceBackend, Placement
 from trm.errors import TrmError
 from trm.evaluation.evaluate import TaskMetrics
+from trm.evaluation.per_task import TaskSplit, task_splits
 from trm.evaluation.task_evaluation import TaskEvaluation, task_evaluation
 from trm.loop.data_parallel import DataParallel
 from trm.loop.device_failure import device_change_line, device_changed, recorded_device
@@ -33,11 +37,14 @@ class RunData:
     """The train split's reader and sampler, and the evaluation split (None: none)."""
 
     reader: DataReader
-    sampler: TrainSampler
+    sampler: TrainSampler | MixSampler
     evaluation: SplitIndex | None
     shape: DatasetShape
     task_metrics: TaskMetrics | None = None
     task_evaluation: TaskEvaluation | None = None
+    # a multi-task mix: its layout and each task's held-out split (None: one dataset)
+    layout: MixLayout | None = None
+    tasks: list[TaskSplit] | None = None
 
 
 def open_reader(
@@ -87,6 +94,9 @@ def open_data(
     log(f"data reader: {reader.name} ({choice.reason})")
     train = reader.index
     meta = train.split.metadata
+    layout = read_layout(data_dir)
+    if layout is not None:
+        return _open_mix(spec, pm, layout, reader, evaluation)
     sampler = TrainSampler(train, spec.train.global_batch_size, spec.train.seed)
     shape = DatasetShape(
         seq_len=int(meta.seq_len),
@@ -100,6 +110,33 @@ def open_data(
     task_metrics = getattr(source, "task_metrics", None)
     scoring = task_evaluation(source, data_dir, spec.data.eval_split, spec.train.eval_pool)
     return RunData(reader, sampler, evaluation, shape, task_metrics, scoring)
+
+
+def _open_mix(
+    spec: RunSpec,
+    pm: TrmPluginManager,
+    layout: MixLayout,
+    reader: DataReader,
+    evaluation: SplitIndex | None,
+) -> RunData:
+    """:func:`open_data` for a multi-task mix: batches drawn by the tasks' weights (each row
+    says its task), each task evaluated apart with its own source's metrics."""
+    train = reader.index
+    train.tasks = True  # each gathered row carries its task
+    weights = np.array([entry.weight for entry in spec.data.mix] or [1.0] * len(layout.tasks))
+    sampler = MixSampler(train, weights, spec.train.global_batch_size, spec.train.seed)
+    meta = train.split.metadata
+    shape = DatasetShape(
+        seq_len=int(meta.seq_len),
+        vocab_size=int(meta.vocab_size),
+        num_puzzle_identifiers=int(meta.num_puzzle_identifiers),
+        total_puzzles=max(int(meta.total_puzzles), 0),
+        total_groups=int(train.num_groups),
+        epoch_rows=sampler.epoch_rows,
+    )
+    own = {t.name: getattr(find_data_source(pm, t.source), "task_metrics", None) for t in layout.tasks}
+    tasks = task_splits(layout, evaluation, own) if evaluation is not None else None
+    return RunData(reader, sampler, evaluation, shape, layout=layout, tasks=tasks)
 
 
 def new_state(

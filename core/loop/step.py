@@ -31,7 +31,7 @@ from trm.device.contract import Placement
 from trm.device.oom import is_out_of_memory
 from trm.errors import TrainingFailed
 from trm.loop.data_parallel import DataParallel
-from trm.model import ACTLoss, TinyRecursiveModel, TRMCarry, lr_at_step
+from trm.model import IGNORE_LABEL_ID, ACTLoss, TinyRecursiveModel, TRMCarry, lr_at_step
 from trm.state import TrainState, last_good
 
 # The sums a step adds on the device, in the order of its sums vector: the loss, then
@@ -62,6 +62,8 @@ class StepSetup:
     loss: str
     global_batch: int
     parallel: DataParallel | None = None
+    # the tasks of a multi-task mix, in the order of a batch's ``task`` numbers (() otherwise)
+    task_names: tuple[str, ...] = ()
 
     @property
     def device(self) -> torch.device:
@@ -76,6 +78,31 @@ def sums_vector(loss_sum: torch.Tensor, metrics: dict[str, torch.Tensor]) -> tor
     return torch.stack([values.get(key, zero).detach().float() for key in SUM_KEYS])
 
 
+# The sums a step adds per task of a mix, after SUM_KEYS (task by task).
+TASK_SUM_KEYS = ("count", "cell_correct", "exact_correct")
+
+
+def task_sums(
+    outputs: dict[str, torch.Tensor],
+    labels: torch.Tensor,
+    halted: torch.Tensor,
+    task: torch.Tensor,
+    tasks: int,
+) -> torch.Tensor:
+    """Per task of a mix, :data:`TASK_SUM_KEYS` over the halted rows with a label (as
+    ACTLoss counts them), as one float32 device vector ``[tasks * 3]``; no host read."""
+    with torch.no_grad():
+        mask = labels != IGNORE_LABEL_ID
+        counts = mask.sum(-1)
+        correct = (mask & (outputs["logits"].argmax(-1) == labels)).sum(-1)
+        valid = halted & (counts > 0)
+        cells = torch.where(valid, correct.float() / counts.clamp_min(1), 0.0)
+        exact = (valid & (correct == counts)).float()
+        mine = task.view(1, -1) == torch.arange(tasks, device=task.device).view(-1, 1)
+        per_task = [(mine & valid).float().sum(-1), (mine * cells).sum(-1), (mine * exact).sum(-1)]
+        return torch.stack(per_task, dim=-1).reshape(-1)
+
+
 def accumulate_gradients(
     model: TinyRecursiveModel,
     carry: TRMCarry,
@@ -86,6 +113,7 @@ def accumulate_gradients(
     loss: str,
     divisor: int,
     placement: Placement,
+    tasks: int = 0,
 ) -> tuple[list[tuple[slice, TRMCarry]], torch.Tensor]:
     """Forward and backward over ``batch`` in micro-batches of ``micro_batch_size`` rows
     (the last one holds the remaining rows when the size does not divide the batch).
@@ -95,8 +123,8 @@ def accumulate_gradients(
     ``backward``, so the gradients accumulated in ``.grad`` (and the puzzle-embedding lookups)
     equal those of one pass over the whole batch. ``carry`` is not modified: the new rows come
     back as ``(rows, new_carry)`` pieces for the caller to write back with ``assign_rows``.
-    Returns the pieces and the sums over all rows as a device vector (:func:`sums_vector`);
-    nothing is read back to the host.
+    Returns the pieces and the sums over all rows as a device vector (:func:`sums_vector`,
+    then :func:`task_sums` for the ``tasks`` of a mix); nothing is read back to the host.
     """
     total = carry.batch_size
     pieces: list[tuple[slice, TRMCarry]] = []
@@ -114,6 +142,10 @@ def accumulate_gradients(
         (loss_sum / divisor).backward()
         pieces.append((rows, new_carry))
         vector = sums_vector(loss_sum, metrics)
+        if tasks:
+            data = new_carry.current_data
+            by_task = task_sums(outputs, data["labels"], new_carry.halted, data["task"], tasks)
+            vector = torch.cat([vector, by_task])
         sums = vector if sums is None else sums + vector
     assert sums is not None, "a step has at least one row"
     return pieces, sums
@@ -150,6 +182,7 @@ def attempt_step(
         loss=setup.loss,
         divisor=setup.global_batch,
         placement=placement,
+        tasks=len(setup.task_names),
     )
     if setup.parallel is not None:
         setup.parallel.reduce_step(model, sums)
@@ -188,7 +221,11 @@ def attempt_step(
             f"{last_good(state)} — resume with a smaller runtime.micro_batch_size or a "
             "smaller model"
         ) from None
-    result = dict(zip(SUM_KEYS, values, strict=True))
+    result = dict(zip(SUM_KEYS, values[: len(SUM_KEYS)], strict=True))
+    by_task = values[len(SUM_KEYS) :]
+    for k, name in enumerate(setup.task_names):
+        for j, key in enumerate(TASK_SUM_KEYS):
+            result[f"{key}/{name}"] = by_task[k * len(TASK_SUM_KEYS) + j]
     if not math.isfinite(result["loss_sum"]):
         raise TrainingFailed(
             f"step {update}: the loss is not finite ({result['loss_sum']}); the run "
@@ -210,10 +247,19 @@ def step_record(
 
     The accuracies and ``mean_halt_steps`` are over the rows that halted in this step
     (``halted`` of them; 0 when none did): ``train_q_halt_accuracy`` is the share whose Q head
-    (``q_halt >= 0``) agreed with whether the answer was exactly right.
+    (``q_halt >= 0``) agreed with whether the answer was exactly right. A mix's step adds
+    ``train_exact_accuracy/NAME``, ``train_cell_accuracy/NAME`` and ``halted/NAME`` per task.
     """
     count = max(sums.get("count", 0.0), 1.0)
     global_batch = state.spec.train.global_batch_size
+    by_task: dict[str, Any] = {}
+    for key in sums:
+        if key.startswith("count/"):
+            name = key.removeprefix("count/")
+            halted = max(sums[key], 1.0)
+            by_task[f"train_exact_accuracy/{name}"] = sums[f"exact_correct/{name}"] / halted
+            by_task[f"train_cell_accuracy/{name}"] = sums[f"cell_correct/{name}"] / halted
+            by_task[f"halted/{name}"] = int(sums[key])
     return {
         "step": state.step,
         "samples": state.samples,
@@ -228,4 +274,5 @@ def step_record(
         "halted": int(sums.get("count", 0.0)),
         "mean_halt_steps": sums.get("steps", 0.0) / count,
         "micro_batch_size": state.micro_batch_size,
+        **by_task,
     }

@@ -96,7 +96,12 @@ def _built_matches(data_dir: Path, recipe: dict[str, Any]) -> bool:
 
 
 def ensure_dataset(pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log) -> Path:
-    """The dataset directory the run reads: ``data.dir``, or one built into ``run_dir/data``."""
+    """The dataset directory the run reads: ``data.dir``, or one built into ``run_dir/data``
+    (for ``[[data.mix]]``, the mixed dataset: :func:`trm.plan.mix.ensure_mix`)."""
+    if spec.data.is_mix:
+        from trm.plan.mix import ensure_mix  # it builds each task through this module
+
+        return ensure_mix(pm, spec, run_dir, log)
     given = given_data_dir(spec)
     if given is not None:
         return given
@@ -126,6 +131,10 @@ def dataset_shape(
     (``trm run``, about to train there) the last resort builds into ``run_dir``, so the data
     are built once, not twice.
     """
+    if spec.data.is_mix:
+        from trm.plan.mix import mix_shape  # it asks this module for each task's shape
+
+        return mix_shape(pm, spec, run_dir, log, build)
     split = spec.data.train_split
     given = given_data_dir(spec)
     if given is not None:

@@ -203,7 +203,8 @@ def plan_run(
     if mode is not None and mode not in MODES:
         raise TrmError(f"mode {mode!r}: choose one of {', '.join(MODES)}")
     check_spec(pm, spec, log)
-    find_data_source(pm, spec.data.source)  # an unknown source is an error even with data.dir
+    for source in [e.source for e in spec.data.mix] or [spec.data.source]:
+        find_data_source(pm, source)  # an unknown source is an error even with data.dir
     hardware = hardware if hardware is not None else detect_hardware(pm)
     runtime = choose_runtime(pm, spec, hardware)
     dataset = dataset_shape(pm, spec, run_dir, log, build=build_data)

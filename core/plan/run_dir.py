@@ -113,7 +113,7 @@ def check_reuse(run_dir: Path, spec: RunSpec, resume: str, replace: bool) -> Exi
 def _recipe(spec: RunSpec) -> tuple:
     """What built data depend on (not how they are read: reader, prefetch, eval split)."""
     data = spec.data
-    return (data.source, data.dir, data.train_split, data.generate, spec.train.seed)
+    return (data.source, data.dir, data.train_split, data.generate, data.mix, spec.train.seed)
 
 
 def clear_run(run_dir: Path) -> None:

@@ -16,6 +16,7 @@ from trm.spec.schema import (
     OPTIMIZERS,
     POS_ENCODINGS,
     PRECISIONS,
+    MIX_SOURCE,
     READERS,
     RunSpec,
 )
@@ -70,6 +71,56 @@ def _ranges(spec: RunSpec) -> list[tuple[str, float, float, float, bool]]:
     ]
 
 
+_TASK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,49}$")
+
+
+def _mix_problems(spec: RunSpec) -> list[str]:
+    """What is wrong with ``[[data.mix]]`` (each ``data.mix: …``): a mix beside a ``[data]``
+    dataset, fewer than two tables, a table without a source, a weight not above 0, two tasks
+    of one name."""
+    d = spec.data
+    if not d.mix:
+        if d.source == MIX_SOURCE:
+            return ["data.mix: data.source = 'mix' needs [[data.mix]] tables"]
+        return []
+    problems = []
+    if d.source != MIX_SOURCE or d.dir or d.generate:
+        problems.append(
+            "data.mix: [data] names a dataset as well (source, dir or [data.generate]); with "
+            "[[data.mix]] tables each table names its own: remove them from [data]"
+        )
+    if len(d.mix) < 2:
+        problems.append(
+            "data.mix: a mix needs at least two [[data.mix]] tables; for one dataset use "
+            "[data] source (or dir) instead"
+        )
+    names = [entry.task for entry in d.mix]
+    for n, entry in enumerate(d.mix, start=1):
+        key = f"data.mix[{n}]"
+        if not entry.source or entry.source == MIX_SOURCE:
+            problems.append(
+                f"{key}.source: name the task's data source (sudoku, maze, arc, …), also "
+                "when the table gives a dir"
+            )
+        if not (math.isfinite(entry.weight) and entry.weight > 0):
+            problems.append(
+                f"{key}.weight: {entry.weight!r} must be above 0 (the task's share of the "
+                "training rows is weight / the sum of the weights)"
+            )
+        if entry.dir and entry.generate:
+            problems.append(f"{key}: give a dir (a built dataset) or [generate] options, not both")
+        if entry.task and not _TASK.match(entry.task):
+            problems.append(
+                f"{key}.name: {entry.task!r} must be 1-50 letters, digits, '_' or '-' (it "
+                "names the task in metrics such as exact_accuracy/NAME)"
+            )
+        elif names.count(entry.task) > 1:
+            problems.append(
+                f"{key}.name: two tables are called {entry.task!r}; give each a distinct name"
+            )
+    return problems
+
+
 def validate(spec: RunSpec, where: str) -> None:
     """Raise TrmError for values that type-check but cannot work, naming each key path and
     the range or choices it must keep to."""
@@ -114,6 +165,7 @@ def validate(spec: RunSpec, where: str) -> None:
     for key, split in (("data.train_split", d.train_split), ("data.eval_split", d.eval_split)):
         need(bool(_SPLIT.match(split)), key, f"{split!r} must be a folder name (e.g. 'test')")
     need(d.reader in READERS, "data.reader", f"must be one of {READERS}")
+    problems.extend(_mix_problems(spec))
     for name, table in spec.plugins.items():
         need(
             isinstance(table, dict),

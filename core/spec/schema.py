@@ -90,12 +90,39 @@ class TrainSpec:
         return max(1, math.ceil(self.epochs * max(epoch_rows, 1) / self.global_batch_size))
 
 
+# data.source of a spec whose datasets are ``[[data.mix]]`` tables (set by trm.spec.files)
+MIX_SOURCE = "mix"
+
+
+@frozen
+class MixEntry:
+    """One dataset of a multi-task mix (a ``[[data.mix]]`` table): a built dataset folder
+    (``dir``) or a source's generated task (``source`` with ``[data.mix.generate]``), as
+    ``[data]`` names one, and its sampling ``weight`` (each training row is drawn from this
+    task with probability weight / sum of weights). ``name`` labels the task in metrics
+    (``exact_accuracy/NAME``) and in ``trm solve --task``; empty: the source's name."""
+
+    source: str = ""
+    dir: str = ""
+    generate: dict[str, Any] = field(factory=dict)
+    weight: float = 1.0
+    name: str = ""
+
+    @property
+    def task(self) -> str:
+        """The task's label: ``name``, else the source's name."""
+        return self.name or self.source
+
+
 @frozen
 class DataSpec:
     """Which task, and where its puzzle-dataset directory is.
 
     ``dir`` empty means: build the data with the source's generator from ``[data.generate]``
     into the run directory (cached there, rebuilt only when the options change).
+
+    ``mix`` (``[[data.mix]]`` tables) trains one model on several datasets instead; then
+    ``source`` is ``"mix"`` and ``dir`` and ``generate`` stay empty (trm.plan.mix).
     """
 
     source: str = "sudoku"
@@ -107,6 +134,11 @@ class DataSpec:
     reader: str = "auto"
     prefetch_steps: int = 4  # batches a reader prepares ahead (0: read in the loop)
     generate: dict[str, Any] = field(factory=dict)
+    mix: tuple[MixEntry, ...] = ()
+
+    @property
+    def is_mix(self) -> bool:
+        return self.source == MIX_SOURCE
 
 
 @frozen
