@@ -23,11 +23,11 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import tomli_w
+import tomllib
 from provenance import load, provenance
 
 REPO = Path(__file__).resolve().parent.parent

@@ -293,7 +293,11 @@ def evaluate_in_run(
             if tasks is not None:
                 from trm.evaluation.per_task import evaluate_tasks  # it calls evaluate
 
-                args, extra, score = (tasks, *args[1:]), (spec.train.eval_max_examples,), evaluate_tasks
+                args, extra, score = (
+                    (tasks, *args[1:]),
+                    (spec.train.eval_max_examples,),
+                    evaluate_tasks,
+                )
             if state.ema is not None:
                 with state.ema.swap_in(state.model):
                     result = score(state.model, *args, *extra)

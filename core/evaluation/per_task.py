@@ -70,9 +70,9 @@ def combine(results: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     total = sum(int(r["examples"]) for r in results.values())
     combined: dict[str, float] = {"examples": total}
     for key in WEIGHTED:
-        combined[key] = sum(
-            float(r[key]) * int(r["examples"]) for r in results.values()
-        ) / max(total, 1)
+        combined[key] = sum(float(r[key]) * int(r["examples"]) for r in results.values()) / max(
+            total, 1
+        )
     for name, result in results.items():
         for key, value in result.items():
             combined[f"{key}/{name}"] = value

@@ -134,7 +134,9 @@ def _open_mix(
         total_groups=int(train.num_groups),
         epoch_rows=sampler.epoch_rows,
     )
-    own = {t.name: getattr(find_data_source(pm, t.source), "task_metrics", None) for t in layout.tasks}
+    own = {
+        t.name: getattr(find_data_source(pm, t.source), "task_metrics", None) for t in layout.tasks
+    }
     tasks = task_splits(layout, evaluation, own) if evaluation is not None else None
     return RunData(reader, sampler, evaluation, shape, layout=layout, tasks=tasks)
 

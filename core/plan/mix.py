@@ -99,7 +99,9 @@ def ensure_mix(pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log) -> 
     folders = []
     try:
         for entry in spec.data.mix:
-            folders.append(ensure_dataset(pm, entry_spec(spec, entry), part_run_dir(run_dir, entry), log))
+            folders.append(
+                ensure_dataset(pm, entry_spec(spec, entry), part_run_dir(run_dir, entry), log)
+            )
         check_no_leak([e.task for e in spec.data.mix], folders, spec.data)
     except TrmError:
         if not parts_before:
@@ -128,11 +130,15 @@ def ensure_mix(pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log) -> 
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    log("mix layout: " + "; ".join(
-        f"{t.name} tokens {t.token_offset}..{t.token_offset + t.vocab_size - 2}, "
-        f"identifiers from {t.identifier_offset}, rows of {t.seq_len}"
-        for t in layout.tasks
-    ) + f" (rows of {layout.seq_len}, vocabulary {layout.vocab_size})")
+    log(
+        "mix layout: "
+        + "; ".join(
+            f"{t.name} tokens {t.token_offset}..{t.token_offset + t.vocab_size - 2}, "
+            f"identifiers from {t.identifier_offset}, rows of {t.seq_len}"
+            for t in layout.tasks
+        )
+        + f" (rows of {layout.seq_len}, vocabulary {layout.vocab_size})"
+    )
     return out.resolve()
 
 

@@ -13,10 +13,10 @@ from trm.spec.schema import (
     DEVICE_NAME,
     HOST_MEMORY_CHOICES,
     LOSSES,
+    MIX_SOURCE,
     OPTIMIZERS,
     POS_ENCODINGS,
     PRECISIONS,
-    MIX_SOURCE,
     READERS,
     RunSpec,
 )

@@ -1,0 +1,329 @@
+"""Multi-task mixing: the shared layout, weighted task sampling, per-task metrics, solving
+each task of a mixed model, the leak refusal and bad ``[[data.mix]]`` tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tests.conftest import assert_one_line_error
+from tests.tiny_run import metrics, summary
+from trm.data.mix_layout import plan_layout, read_layout
+from trm.data.mix_sampler import MixSampler
+from trm.data.puzzle_dataset import (
+    PuzzleDatasetMetadata,
+    open_split,
+    write_identifiers,
+    write_split,
+)
+from trm.data.sampler import SplitIndex
+from trm.errors import TrmError
+from trm.evaluation.per_task import combine
+from trm.spec import load_spec
+
+MODEL = """\
+name = "tinymix"
+
+[arch]
+hidden_size = 16
+expansion = 2.0
+num_heads = 2
+L_layers = 1
+H_cycles = 1
+L_cycles = 1
+pos_encodings = "none"
+mlp_t = true
+puzzle_emb_ndim = 0
+puzzle_emb_len = 1
+halt_max_steps = 2
+
+[train]
+global_batch_size = 16
+max_steps = 6
+lr = 1e-3
+lr_warmup_steps = 1
+eval_interval = 3
+eval_max_examples = 8
+checkpoint_interval_steps = 3
+seed = 5
+
+[runtime]
+device = "cpu"
+precision = "fp32"
+threads = 1
+"""
+
+SUDOKU = """
+[[data.mix]]
+name = "sudoku4"
+source = "sudoku"
+weight = {sudoku_weight}
+
+[data.mix.generate]
+size = 4
+count = 48
+test_count = 12
+clues = 8
+workers = 1
+"""
+
+MAZE = """
+[[data.mix]]
+name = "maze"
+source = "maze"
+weight = 1.0
+
+[data.mix.generate]
+preset = ""
+size = 5
+min_walls = 1
+max_walls = 4
+min_path = 2
+count = 48
+test_count = 12
+workers = 1
+"""
+
+
+def write_mix_spec(folder: Path, sudoku_weight: float = 3.0, extra: str = "") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "tinymix.toml"
+    text = MODEL + extra + SUDOKU.format(sudoku_weight=sudoku_weight) + MAZE
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def mixed_run(tmp_path_factory):
+    """A tiny mixed run (4x4 Sudoku weight 3, 5x5 mazes weight 1), six steps."""
+    from trm.cli.main import main
+
+    base = tmp_path_factory.mktemp("mix")
+    spec = write_mix_spec(base)
+    run_dir = base / "run"
+    assert main(["run", str(spec), "--out", str(run_dir)]) == 0
+    return SimpleNamespace(base=base, spec=spec, run_dir=run_dir, data=run_dir / "data")
+
+
+# ---------------------------------------------------------------- the layout
+
+
+def test_mixed_dataset_pads_rows_and_offsets_tokens_and_identifiers(mixed_run):
+    layout = read_layout(mixed_run.data)
+    sudoku, maze = layout.tasks
+    assert (sudoku.seq_len, maze.seq_len, layout.seq_len) == (16, 25, 25)
+    assert sudoku.token_offset == 1
+    assert maze.token_offset == 1 + sudoku.vocab_size - 1  # after the sudoku tokens, pad shared
+    assert layout.vocab_size == 1 + (sudoku.vocab_size - 1) + (maze.vocab_size - 1)
+    assert maze.identifier_offset == sudoku.num_puzzle_identifiers
+    split = open_split(mixed_run.data / "train")
+    assert split.metadata.seq_len == 25 and split.metadata.vocab_size == layout.vocab_size
+    assert list(split.sets) == ["sudoku4", "maze"]
+    own = open_split(Path(sudoku.data_dir) / "train").sets["all"]
+    mixed = split.sets["sudoku4"]
+    assert (np.asarray(mixed.inputs)[:, 16:] == 0).all()  # padded with the shared pad
+    assert (np.asarray(mixed.labels)[:, 16:] == 0).all()  # ... and the shared ignore label
+    back = layout.from_mixed("sudoku4", np.asarray(mixed.inputs))
+    assert np.array_equal(back, np.asarray(own.inputs))
+    sudoku_tokens = set(np.unique(np.asarray(mixed.inputs)[:, :16])) - {0}
+    maze_tokens = set(np.unique(np.asarray(split.sets["maze"].inputs))) - {0}
+    assert sudoku_tokens and maze_tokens and not sudoku_tokens & maze_tokens
+    assert max(sudoku_tokens) < maze.token_offset <= min(maze_tokens)
+    maze_ids = np.asarray(split.sets["maze"].puzzle_identifiers)
+    assert (maze_ids >= maze.identifier_offset).all()
+    assert (np.asarray(mixed.puzzle_identifiers) < maze.identifier_offset).all()
+
+
+def test_layout_maps_tokens_in_and_out_around_each_pad():
+    layout = plan_layout(
+        [
+            dict(name="a", source="s", weight=1.0, seq_len=3, vocab_size=4, pad_id=0,
+                 ignore_label_id=0, num_puzzle_identifiers=2),
+            dict(name="b", source="t", weight=1.0, seq_len=2, vocab_size=3, pad_id=2,
+                 ignore_label_id=None, num_puzzle_identifiers=1),
+        ]
+    )  # fmt: skip
+    assert layout.vocab_size == 1 + 3 + 2 and layout.num_puzzle_identifiers == 3
+    assert layout.to_mixed("a", np.array([0, 1, 3])).tolist() == [0, 1, 3]
+    assert layout.to_mixed("b", np.array([0, 2])).tolist() == [4, 0, 0]  # its pad 2 -> 0
+    assert layout.from_mixed("b", np.array([4, 5, 0])).tolist() == [0, 1]
+    assert layout.from_mixed("b", np.array([1, 0, 0])).tolist() == [2, 2]  # a's token -> pad
+    with pytest.raises(TrmError, match="--task c"):
+        layout.task("c")
+
+
+# ---------------------------------------------------------------- sampling
+
+
+def test_weighted_sampling_follows_weights_and_is_a_function_of_seed_and_step(mixed_run):
+    index = SplitIndex(open_split(mixed_run.data / "train"))
+    first = MixSampler(index, np.array([3.0, 1.0]), 16, seed=5)
+    rows = np.concatenate([first.examples_for_step(s) for s in range(200)])
+    sudoku_share = np.mean(rows < index.set_example_offset[1])
+    assert 0.72 < sudoku_share < 0.78  # weight 3 of 4
+    again = MixSampler(index, np.array([3.0, 1.0]), 16, seed=5)
+    assert np.array_equal(again.examples_for_step(150), first.examples_for_step(150))
+    other = MixSampler(index, np.array([3.0, 1.0]), 16, seed=6)
+    assert not np.array_equal(other.examples_for_step(150), first.examples_for_step(150))
+    # each task's rows walk through its own epochs: every sudoku puzzle once per epoch
+    sudoku_rows = rows[rows < index.set_example_offset[1]]
+    assert sorted(sudoku_rows[:48]) == list(range(48))
+
+
+def test_resumed_mixed_run_matches_an_uninterrupted_one(mixed_run, tmp_path):
+    from trm.cli.main import main
+
+    stopped = tmp_path / "stopped"
+    assert main(["run", str(mixed_run.spec), "--out", str(stopped), "--max-steps", "3"]) == 0
+    assert main(["run", str(mixed_run.spec), "--out", str(stopped)]) == 0
+    whole = summary(mixed_run.run_dir)["final_weights_sha256"]
+    assert summary(stopped)["final_weights_sha256"] == whole
+
+
+# ---------------------------------------------------------------- per-task metrics
+
+
+def test_every_train_and_eval_row_and_the_summary_show_each_task(mixed_run):
+    rows = metrics(mixed_run.run_dir)
+    steps = [r for r in rows if "kind" not in r]
+    assert all("train_exact_accuracy/sudoku4" in r and "halted/maze" in r for r in steps)
+    evals = [r for r in rows if r.get("kind") == "eval"]
+    assert evals
+    for row in evals:
+        assert row["examples/sudoku4"] == 8 and row["examples/maze"] == 8
+        assert "valid_path_rate/maze" in row  # the maze's own metric, in its own encoding
+        mean = (row["exact_accuracy/sudoku4"] + row["exact_accuracy/maze"]) / 2
+        assert row["exact_accuracy"] == pytest.approx(mean)
+    tasks = summary(mixed_run.run_dir)["final_tasks"]
+    assert set(tasks) == {"sudoku4", "maze"}
+    assert tasks["maze"]["exact_accuracy"] == evals[-1]["exact_accuracy/maze"]
+
+
+def test_overall_figures_weigh_each_task_by_its_examples():
+    result = combine(
+        {
+            "a": dict(examples=30, exact_accuracy=1.0, cell_accuracy=1.0, loss=0.0,
+                      mean_halt_steps=1.0, q_halt_accuracy=1.0),
+            "b": dict(examples=10, exact_accuracy=0.0, cell_accuracy=0.5, loss=4.0,
+                      mean_halt_steps=3.0, q_halt_accuracy=0.0, valid_path_rate=0.2),
+        }
+    )  # fmt: skip
+    assert result["examples"] == 40
+    assert result["exact_accuracy"] == pytest.approx(0.75)
+    assert result["loss"] == pytest.approx(1.0)
+    assert result["valid_path_rate/b"] == 0.2 and "valid_path_rate" not in result
+
+
+# ---------------------------------------------------------------- bad tables
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "weight", "fragment"),
+    [
+        ("weight-zero", "", 0.0, "data.mix[1].weight"),
+        ("weight-negative", "", -1.0, "data.mix[1].weight"),
+        ("source-too", '[data]\nsource = "sudoku"\n', 1.0, "remove data.source"),
+        ("dir-too", '[data]\ndir = "/tmp"\n', 1.0, "names a dataset as well"),
+    ],
+)
+def test_bad_mix_tables_are_one_line_errors(cli, tmp_path, name, extra, weight, fragment):
+    spec = write_mix_spec(tmp_path, sudoku_weight=weight, extra=extra)
+    result = cli("run", spec, "--out", tmp_path / "run")
+    assert_one_line_error(result, "data.mix", fragment)
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_empty_or_single_mix_is_refused(cli, tmp_path):
+    empty = tmp_path / "empty.toml"
+    empty.write_text(MODEL + "[data]\nmix = []\n")
+    assert_one_line_error(cli("run", empty, "--out", tmp_path / "r1"), "data.mix", "empty")
+    single = tmp_path / "single.toml"
+    single.write_text(MODEL + MAZE)
+    assert_one_line_error(cli("run", single, "--out", tmp_path / "r2"), "at least two")
+    twice = tmp_path / "twice.toml"
+    twice.write_text(MODEL + MAZE + MAZE)
+    assert_one_line_error(cli("run", twice, "--out", tmp_path / "r3"), "distinct name")
+    assert not (tmp_path / "r1").exists() and not (tmp_path / "r3").exists()
+
+
+def test_a_mix_spec_reads_back_equal_and_a_single_spec_has_no_mix_key(tmp_path):
+    from trm.spec import spec_from_dict, spec_to_dict
+
+    spec = load_spec(write_mix_spec(tmp_path))
+    assert spec.data.is_mix and [e.task for e in spec.data.mix] == ["sudoku4", "maze"]
+    assert spec_from_dict(spec_to_dict(spec), "x") == spec
+    single = load_spec(Path(__file__).resolve().parents[1] / "specs" / "quickstart.toml")
+    assert "mix" not in spec_to_dict(single)["data"]
+
+
+# ---------------------------------------------------------------- the leak
+
+
+def _arc_like(root: Path, train_tasks: list[str], test_tasks: list[str]) -> Path:
+    """A tiny dataset whose identifiers name ARC-style task versions ("id|||t1|||…")."""
+    names = ["<blank>"] + [f"{t}|||t0|||0123456789" for t in train_tasks]
+    write_identifiers(root, names)
+    for split, tasks in (("train", train_tasks), ("test", test_tasks)):
+        ids = np.array([names.index(f"{t}|||t0|||0123456789") for t in tasks], dtype=np.int32)
+        n = len(ids)
+        meta = PuzzleDatasetMetadata(
+            seq_len=4, vocab_size=12, pad_id=0, ignore_label_id=0, blank_identifier_id=0,
+            num_puzzle_identifiers=len(names), total_groups=n, mean_puzzle_examples=1.0,
+            total_puzzles=n, sets=("all",),
+        )  # fmt: skip
+        arrays = {
+            "inputs": np.full((n, 4), 2, dtype=np.uint8),
+            "labels": np.full((n, 4), 3, dtype=np.uint8),
+            "puzzle_identifiers": ids,
+            "puzzle_indices": np.arange(n + 1),
+            "group_indices": np.arange(n + 1),
+        }
+        write_split(root / split, meta, {"all": arrays})
+    return root
+
+
+def _dir_mix(tmp_path: Path, first: Path, second: Path) -> Path:
+    spec = tmp_path / "arcmix.toml"
+    tables = "".join(
+        f'\n[[data.mix]]\nname = "{name}"\nsource = "arc"\ndir = "{folder}"\n'
+        for name, folder in (("first", first), ("second", second))
+    )
+    spec.write_text(MODEL + tables)
+    return spec
+
+
+def test_a_mix_whose_training_set_holds_the_others_test_tasks_is_refused(cli, tmp_path):
+    # like ARC-AGI-1 (its evaluation tasks e1, e2 held out) and ARC-AGI-2 (which trains on them)
+    agi1 = _arc_like(tmp_path / "one", ["t1", "e1", "e2"], ["e1", "e2"])
+    agi2 = _arc_like(tmp_path / "two", ["t1", "e1", "e2", "n1"], ["n1"])
+    result = cli("run", _dir_mix(tmp_path, agi1, agi2), "--out", tmp_path / "run")
+    assert_one_line_error(result, "data.mix:", "second trains on 2 of first's held-out", "e1")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_mix_of_datasets_sharing_only_their_test_tasks_is_accepted(tmp_path):
+    from trm.plan.mix import check_no_leak
+
+    one = _arc_like(tmp_path / "one", ["t1", "e1"], ["e1"])
+    two = _arc_like(tmp_path / "two", ["t2", "e1"], ["e1"])  # e1 held out in both: no leak
+    spec = load_spec(_dir_mix(tmp_path, one, two))
+    check_no_leak(["first", "second"], [one, two], spec.data)
+
+
+def test_a_leak_is_found_by_identifiers_whatever_the_datasets_are_called(tmp_path):
+    from trm.plan.mix import check_no_leak
+
+    one = _arc_like(tmp_path / "sudoku", ["a", "b"], ["b"])
+    two = _arc_like(tmp_path / "maze", ["b", "c"], ["c"])
+    spec = load_spec(_dir_mix(tmp_path, one, two))
+    with pytest.raises(TrmError, match="data.mix: second trains on 1 of first's"):
+        check_no_leak(["first", "second"], [one, two], spec.data)
+
+
+def test_the_mix_record_names_each_tasks_dataset(mixed_run):
+    record = json.loads((mixed_run.data / "build.json").read_text())
+    assert [m["name"] for m in record["mix"]] == ["sudoku4", "maze"]
