@@ -320,7 +320,7 @@ def test_a_leak_is_found_by_identifiers_whatever_the_datasets_are_called(tmp_pat
     one = _arc_like(tmp_path / "sudoku", ["a", "b"], ["b"])
     two = _arc_like(tmp_path / "maze", ["b", "c"], ["c"])
     spec = load_spec(_dir_mix(tmp_path, one, two))
-    with pytest.raises(TrmError, match="data.mix: second trains on 1 of first's"):
+    with pytest.raises(TrmError, match=r"data\.mix: second trains on 1 of first's"):
         check_no_leak(["first", "second"], [one, two], spec.data)
 
 
