@@ -67,6 +67,8 @@ class TrainState:
     checkpoint_step: int | None = None
     data_dir: str = ""
     dataset_shape: DatasetShape | None = None
+    # a multi-task mix's layout (trm.data.mix_layout.MixLayout.to_dict), for solving each task
+    mix_layout: dict[str, Any] | None = None
     rank_parts: list[dict[str, Any]] | None = None
     snapshot: dict[str, Any] | None = None
 
@@ -139,6 +141,7 @@ class TrainState:
             "wall_s": self.wall_s_before,
             "data_dir": self.data_dir,
             "dataset_shape": self.dataset_shape.to_dict() if self.dataset_shape else None,
+            **({"mix_layout": self.mix_layout} if self.mix_layout is not None else {}),
             "rng": capture_rng(self.backend, self.device),
             "device": str(self.device),
             **extra,

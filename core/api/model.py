@@ -19,7 +19,9 @@ import torch
 
 from trm.api.arguments import plugin_arguments, python_errors
 from trm.api.log import Log, say
+from trm.api.mixed import checkpoint_layout, pick_task
 from trm.data.evaluator import RunRows, TaskSolution
+from trm.data.mix_layout import MixLayout
 from trm.errors import TrmError
 from trm.evaluation.evaluate import confidence, predict_with_halt, run_all_steps
 from trm.plan.dataset import find_data_source
@@ -127,19 +129,52 @@ class Model:
     module: torch.nn.Module = attrs.field(repr=False)
     pm: TrmPluginManager = attrs.field(repr=False)
     manifest: Manifest | None = attrs.field(default=None, repr=False)
+    # a model of a multi-task mix: the task it solves (``source`` is that task's; None: not
+    # chosen yet, and ``source`` is None) — see :meth:`for_task` and trm.api.mixed
+    task: str | None = None
+
+    @property
+    def layout(self) -> MixLayout | None:
+        """The mix layout of a model trained on several tasks (None: one dataset)."""
+        return checkpoint_layout(self.payload)
 
     @property
     def seq_len(self) -> int:
-        """Tokens in one puzzle this model takes (a 9x9 Sudoku: 81)."""
+        """Tokens in one puzzle this model takes (a 9x9 Sudoku: 81; of a mix: the task's)."""
+        layout = self.layout
+        if layout is not None and self.task is not None:
+            return layout.task(self.task).seq_len
         return checkpoint_shape(self.payload).seq_len
 
-    def solve(self, puzzle: str | os.PathLike[str]) -> Solution:
+    def for_task(self, task: str) -> Model:
+        """This mixed model bound to its task ``task`` (its source parses, formats and checks
+        the puzzles); TrmError naming the tasks it learned."""
+        layout = self.layout
+        if layout is None:
+            raise TrmError(f"--task {task}: the model was trained on one dataset; leave it out")
+        source = find_data_source(self.pm, layout.task(task).source)
+        return attrs.evolve(self, task=task, source=source)
+
+    def _task_sources(self) -> dict[str, Any]:
+        layout = self.layout
+        assert layout is not None
+        return {t.name: find_data_source(self.pm, t.source) for t in layout.tasks}
+
+    def solve(self, puzzle: str | os.PathLike[str], task: str | None = None) -> Solution:
         """Solve one puzzle: text in the task's format ('.' or 0 for blanks; a maze drawn
         in characters), or a :class:`pathlib.Path` of a file holding it (a text is always
         the puzzle itself, never a file name). TrmError, with ``trm solve``'s message, for
         a malformed puzzle, one of another size than the model's (for a shipped model, the
         message begins with the size it solves: ``quickstart solves 4x4 Sudoku (16 cells):
-        …``), or a task solved whole (ARC: :meth:`solve_task`)."""
+        …``), or a task solved whole (ARC: :meth:`solve_task`). ``task`` names the task of a
+        model trained on a mix (needed only when the puzzle could be several tasks')."""
+        layout = self.layout
+        if layout is not None and (self.task is None or task not in (None, self.task)):
+            parse = parse_puzzle
+            name = pick_task(layout, self._task_sources(), puzzle, task, parse)
+            return self.for_task(name).solve(puzzle)
+        if task is not None and layout is None:
+            raise TrmError(f"--task {task}: the model was trained on one dataset; leave it out")
         source = self.source
         if callable(getattr(source, "solve_task", None)):
             raise TrmError(
@@ -153,16 +188,22 @@ class Model:
                 raise
             raise TrmError(f"{self.manifest.name} solves {self.manifest.puzzle}: {exc}") from None
         placement = self.runtime.placement()
+        row, identifier = question, 0
+        if layout is not None and self.task is not None:  # into the mix's tokens
+            row = layout.to_mixed(self.task, question)
+            identifier = layout.task(self.task).identifier_offset
         batch = placement.to_device(
             {
-                "inputs": question[None, :],
-                "labels": question[None, :],
-                "puzzle_identifiers": np.zeros(1, dtype=np.int64),
+                "inputs": row[None, :],
+                "labels": row[None, :],
+                "puzzle_identifiers": np.full(1, identifier, dtype=np.int64),
             }
         )
         halt_max_steps = self.spec.arch.halt_max_steps
         outputs, halt_steps = run_all_steps(self.module, batch, halt_max_steps, placement)
         answer = outputs["logits"].argmax(dim=-1)[0].cpu().numpy()
+        if layout is not None and self.task is not None:  # back into the task's tokens
+            answer = layout.from_mixed(self.task, answer)
         verdicts: dict[str, bool] = {}
         task_metrics = getattr(source, "task_metrics", None)
         if callable(task_metrics):
@@ -193,6 +234,11 @@ class Model:
         dataset folder (default: the one trained on, when it is still there), ``png`` where
         a task that draws its answer writes the picture. TrmError for a source that solves
         single puzzles (use :meth:`solve`)."""
+        if self.layout is not None:
+            raise TrmError(
+                "a model trained on a mix solves single puzzles of its tasks (trm solve "
+                "--task NAME PUZZLE); whole tasks of many rows (ARC) are not solved from a mix"
+            )
         solve = getattr(self.source, "solve_task", None)
         if not callable(solve):
             raise TrmError(
@@ -365,6 +411,12 @@ def _load_payload(pm: TrmPluginManager, path: Path) -> dict[str, Any]:
 
 
 def _source(pm: TrmPluginManager, spec: RunSpec) -> Any:
+    """The checkpoint's data source; None for a mix (each task has its own: Model.for_task),
+    whose sources must all be here."""
+    if spec.data.is_mix:
+        for entry in spec.data.mix:
+            _source(pm, attrs.evolve(spec, data=attrs.evolve(spec.data, source=entry.source)))
+        return None
     try:
         return find_data_source(pm, spec.data.source)
     except TrmError as exc:

@@ -34,6 +34,7 @@ from trm.data.sampler import SplitIndex
 from trm.errors import TrmError
 from trm.evaluation.evaluate import evaluate
 from trm.evaluation.held_out import score_kind
+from trm.evaluation.per_task import evaluate_tasks, task_splits
 from trm.restore import check_eval_data
 from trm.shipped import Manifest
 
@@ -59,6 +60,9 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
         type=Path,
         help="write the answers in the task's submission format (ARC Prize's submission.json)",
     )
+    ev.add_argument(
+        "--task", help="a model trained on a mix: score this task only (default: each task)"
+    )
     ev.add_argument("--json", action="store_true", help="print one JSON document")
     ev.set_defaults(func=run_eval)
 
@@ -82,6 +86,11 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
         help="where a task that draws its answer writes the picture (ARC; default: TASK.png "
         "in the current folder)",
     )
+    solve.add_argument(
+        "--task",
+        help="a model trained on a mix: the task the puzzle is for (needed when the puzzle "
+        "could be several tasks')",
+    )
     solve.add_argument("--json", action="store_true", help="print one JSON document")
     solve.set_defaults(func=run_solve)
 
@@ -90,6 +99,8 @@ def run_eval(args: argparse.Namespace) -> int:
     loaded = load_model(args.checkpoint, tuple(args.plugins), info)
     if loaded.manifest is not None and args.data is None:
         return _eval_shipped(args, loaded, loaded.manifest)
+    if loaded.layout is not None or args.task is not None:
+        return _eval_mix(args, loaded)
     payload, runtime, spec, model = loaded.payload, loaded.runtime, loaded.spec, loaded.module
     data_dir = loaded.data_dir(args.data)
     split = args.split if args.split is not None else spec.data.eval_split
@@ -125,6 +136,58 @@ def run_eval(args: argparse.Namespace) -> int:
             f"cell accuracy {result['cell_accuracy']:.2%}"
             + "".join(
                 f", {_metric_name(k)} {_shown(k, v)}" for k, v in _task_values(result).items()
+            )
+        )
+    return 0
+
+
+def _eval_mix(args: argparse.Namespace, loaded: Model) -> int:
+    """``trm eval`` of a model trained on a mix: each task (or ``--task``'s) scored apart, in
+    its own encoding for its own metrics, and all together (trm.evaluation.per_task)."""
+    layout = loaded.layout
+    if layout is None:
+        raise TrmError(f"--task {args.task}: the model was trained on one dataset; leave it out")
+    if args.submission is not None:
+        raise TrmError("--submission: a model trained on a mix has no submission format")
+    data_dir = loaded.data_dir(args.data)
+    split = args.split if args.split is not None else loaded.spec.data.eval_split
+    check_eval_data(loaded.payload, data_dir, split, given=args.split is not None)
+    index = SplitIndex(open_split(data_dir / split))
+    names = [layout.task(args.task).name] if args.task is not None else list(layout.names)
+    own = {name: getattr(loaded.for_task(name).source, "task_metrics", None) for name in names}
+    tasks = [t for t in task_splits(layout, index, own) if t.name in names]
+    figures = evaluate_tasks(
+        loaded.module,
+        tasks,
+        loaded.spec.arch.halt_max_steps,
+        args.batch_size,
+        loaded.runtime.placement(),
+        args.max_examples,
+    )
+    step = loaded.payload.get("step")
+    result = {
+        "checkpoint": str(args.checkpoint),
+        "step": step,
+        "split": str(data_dir / split),
+        "tasks": names,
+        **figures,
+    }
+    if args.json:
+        print_json(result)
+        return 0
+    print(
+        f"{result['examples']} examples of {result['split']} at step {step}: exact accuracy "
+        f"{result['exact_accuracy']:.2%}, cell accuracy {result['cell_accuracy']:.2%}"
+    )
+    for name in names:
+        own = {k.removesuffix(f"/{name}"): v for k, v in figures.items() if k.endswith(f"/{name}")}
+        print(
+            f"  {name}: {own['examples']} examples, exact accuracy "
+            f"{own['exact_accuracy']:.2%}, cell accuracy {own['cell_accuracy']:.2%}"
+            + "".join(
+                f", {_metric_name(k)} {_shown(k, v)}"
+                for k, v in _task_values(own).items()
+                if k not in ("loss", "mean_halt_steps", "q_halt_accuracy")
             )
         )
     return 0
@@ -274,6 +337,8 @@ def _metric_name(key: str) -> str:
 
 def run_solve(args: argparse.Namespace) -> int:
     model = load_model(args.checkpoint, tuple(args.plugins), info)
+    if args.task is not None:
+        model = model.for_task(args.task)
     if callable(getattr(model.source, "solve_task", None)):
         return _solve_task(args, model)
     solution = model.solve(puzzle_argument(args.puzzle))

@@ -177,6 +177,7 @@ def new_state(
         data_dir=str(data_dir),
         dataset_shape=data.shape,
         backend=runtime.backend,
+        mix_layout=data.layout.to_dict() if data.layout is not None else None,
     )
 
 
