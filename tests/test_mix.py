@@ -327,3 +327,60 @@ def test_a_leak_is_found_by_identifiers_whatever_the_datasets_are_called(tmp_pat
 def test_the_mix_record_names_each_tasks_dataset(mixed_run):
     record = json.loads((mixed_run.data / "build.json").read_text())
     assert [m["name"] for m in record["mix"]] == ["sudoku4", "maze"]
+
+
+# ---------------------------------------------------------------- solve and eval per task
+
+
+def _first_test_row(layout, name: str) -> np.ndarray:
+    own = open_split(Path(layout.task(name).data_dir) / "test").sets["all"]
+    return np.asarray(own.inputs[0], dtype=np.int64)
+
+
+def test_solve_maps_each_tasks_puzzle_into_the_mix_and_its_answer_back(mixed_run):
+    import torch
+
+    import trm
+    from trm.evaluation.evaluate import predict
+
+    model = trm.load(mixed_run.run_dir)
+    layout = model.layout
+    for name in layout.names:
+        question = _first_test_row(layout, name)
+        text = model.for_task(name).source.format_grid(question)
+        solution = model.solve(text)  # the task is the only one whose source reads it
+        assert np.array_equal(solution.question, question)
+        placement = model.runtime.placement()
+        row = layout.to_mixed(name, question)[None, :]
+        batch = placement.to_device(
+            {
+                "inputs": row,
+                "labels": row,
+                "puzzle_identifiers": np.full(1, layout.task(name).identifier_offset),
+            }
+        )
+        with torch.no_grad():
+            raw = predict(model.module, batch, model.spec.arch.halt_max_steps, placement)
+        expected = layout.from_mixed(name, raw[0].cpu().numpy())
+        assert np.array_equal(solution.tokens, expected)
+        assert solution.tokens.shape == (layout.task(name).seq_len,)
+        assert model.solve(text, task=name).tokens.tolist() == expected.tolist()
+
+
+def test_solve_names_the_tasks_when_the_puzzle_is_none_of_them(cli, mixed_run):
+    result = cli("solve", mixed_run.run_dir, "12")
+    assert_one_line_error(result, "sudoku4, maze", "--task")
+    result = cli("solve", mixed_run.run_dir, "12", "--task", "chess")
+    assert_one_line_error(result, "--task chess", "sudoku4, maze")
+
+
+def test_eval_of_a_mixed_model_scores_each_task_as_its_run_did(cli, mixed_run):
+    result = cli("eval", mixed_run.run_dir, "--max-examples", "8", "--json")
+    assert result.code == 0, result.err
+    scored = json.loads(result.out)
+    last = [r for r in metrics(mixed_run.run_dir) if r.get("kind") == "eval"][-1]
+    for key in ("exact_accuracy/sudoku4", "cell_accuracy/maze", "valid_path_rate/maze"):
+        assert scored[key] == pytest.approx(last[key])
+    only = json.loads(cli("eval", mixed_run.run_dir, "--task", "maze", "--json").out)
+    assert only["tasks"] == ["maze"] and "exact_accuracy/sudoku4" not in only
+    assert only["examples"] == only["examples/maze"] == 12
