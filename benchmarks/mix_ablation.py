@@ -4,6 +4,10 @@ total steps.
 Usage:
   python benchmarks/mix_ablation.py [--steps 800] [--out DIR] [--arms sudoku6,maze,mix]
       [--json FILE]
+  python benchmarks/mix_ablation.py --merge A.json B.json --json FILE
+
+``--merge`` joins documents of the same ``--steps`` whose arms were run in separate
+invocations (one after the other) into one, each part's provenance kept under ``parts``.
 
 The mix is specs/mix-sudoku6-maze-small.toml (two ``[[data.mix]]`` tables, weight 1 each).
 Each task alone is that spec with ``[data]`` set to the task's own table (same model, batch,
@@ -87,13 +91,32 @@ def run_arm(name: str, spec: dict[str, Any], steps: int, out: Path) -> dict[str,
     }
 
 
+def merge(files: list[Path], out: Path | None) -> None:
+    """One document of the arms of ``files`` (all of one step count)."""
+    parts = [json.loads(f.read_text(encoding="utf-8")) for f in files]
+    if len({p["steps_each"] for p in parts}) != 1:
+        raise SystemExit("--merge: the documents were run at different --steps")
+    document = {k: v for k, v in parts[0].items() if k not in ("provenance", "arms")}
+    document["provenance"] = provenance()
+    document["parts"] = [{"provenance": p["provenance"], "arms": list(p["arms"])} for p in parts]
+    document["arms"] = {name: arm for p in parts for name, arm in p["arms"].items()}
+    text = json.dumps(document, indent=2) + "\n"
+    if out is not None:
+        out.write_text(text, encoding="utf-8")
+    print(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=800)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--arms", default="sudoku6,maze,mix")
     parser.add_argument("--json", type=Path, default=None, help="write the document here")
+    parser.add_argument("--merge", type=Path, nargs="+", default=None)
     args = parser.parse_args()
+    if args.merge:
+        merge(args.merge, args.json)
+        return
     out = args.out or Path(tempfile.mkdtemp(prefix="trm-mix-ablation-"))
     specs = arm_specs()
     document: dict[str, Any] = {

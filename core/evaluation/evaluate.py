@@ -269,13 +269,13 @@ def evaluate_in_run(
     journal: Journal,
     task_metrics: TaskMetrics | None = None,
     task_evaluation: TaskEvaluation | None = None,
-    tasks: list | None = None,
+    score_tasks: Callable[[torch.nn.Module, int], dict[str, float]] | None = None,
 ) -> list[str]:
     """Evaluate the run's model now; returns ``["best"]`` on a new best, else ``[]``.
 
-    ``tasks`` (a multi-task mix: :class:`trm.evaluation.per_task.TaskSplit` each) scores each
-    task apart and all together (:func:`trm.evaluation.per_task.evaluate_tasks`) instead of
-    ``index`` as one split.
+    ``score_tasks(model, batch_size)`` (a multi-task mix:
+    :func:`trm.evaluation.per_task.tasks_scorer`) scores each task apart and all together
+    instead of ``index`` as one split.
 
     Uses the EMA weights when the run keeps them (the puzzle-embedding table stays live, as
     in the reference). Out of memory halves the evaluation batch and tries again. The best
@@ -290,14 +290,8 @@ def evaluate_in_run(
             evaluator = scoring.start()
             extra = (spec.train.eval_max_examples, task_metrics, evaluator)
             score = evaluate
-            if tasks is not None:
-                from trm.evaluation.per_task import evaluate_tasks  # it calls evaluate
-
-                args, extra, score = (
-                    (tasks, *args[1:]),
-                    (spec.train.eval_max_examples,),
-                    evaluate_tasks,
-                )
+            if score_tasks is not None:
+                args, extra, score = (batch_size,), (), score_tasks
             if state.ema is not None:
                 with state.ema.swap_in(state.model):
                     result = score(state.model, *args, *extra)

@@ -9,7 +9,7 @@ task's figures under ``NAME/TASK`` (``exact_accuracy/sudoku6``, ``valid_path_rat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
@@ -102,3 +102,15 @@ def evaluate_tasks(
             for task in tasks
         }
     )
+
+
+def tasks_scorer(
+    tasks: list[TaskSplit], halt_max_steps: int, placement: Placement, max_examples: int = 0
+) -> Callable[[torch.nn.Module, int], dict[str, float]]:
+    """:func:`evaluate_tasks` of ``tasks`` as ``score(model, batch_size)``, the form the
+    loop's evaluation takes (``evaluate_in_run``'s ``score_tasks``)."""
+
+    def score(model: torch.nn.Module, batch_size: int) -> dict[str, float]:
+        return evaluate_tasks(model, tasks, halt_max_steps, batch_size, placement, max_examples)
+
+    return score

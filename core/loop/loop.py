@@ -32,6 +32,7 @@ from trm.data.shape import read_shape
 from trm.device import distributed
 from trm.device.host_memory import reuse_freed_memory
 from trm.evaluation.evaluate import evaluate_in_run
+from trm.evaluation.per_task import tasks_scorer
 from trm.hardware import HardwareProfile
 from trm.interop.init_from import start_from_weights
 from trm.loop import requests
@@ -285,7 +286,7 @@ class Trainer:
                 self.journal,
                 data.task_metrics,
                 data.task_evaluation,
-                data.tasks,
+                self.score_tasks(data),
             )
         requests.apply_micro_batch_request(state, control, self.journal)
         requests.apply_recursion_requests(state, control, self.journal)
@@ -332,6 +333,14 @@ class Trainer:
         if agreed.stop is not None and not at_end:
             return agreed.stop, "stop"
         return None, ("end" if at_end else agreed.checkpoint)
+
+    def score_tasks(self, data: RunData) -> Any:
+        """A mix's per-task scoring for ``evaluate_in_run`` (None: one dataset)."""
+        if data.tasks is None:
+            return None
+        halt_max_steps = self.spec.arch.halt_max_steps
+        examples = self.spec.train.eval_max_examples
+        return tasks_scorer(data.tasks, halt_max_steps, self.setup.placement, examples)
 
     def eval_due(self, state: TrainState) -> bool:
         """At the schedule's end always; otherwise every ``train.eval_interval`` steps."""

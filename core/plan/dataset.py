@@ -30,6 +30,7 @@ from trm.data.source import DataSource
 from trm.errors import TrmError
 from trm.paths import cache_dir
 from trm.plan.build import BUILD_RECORD, build_into, check_output_folder
+from trm.plan.mix import ensure_mix, mix_shape
 from trm.plugin_manager import TrmPluginManager
 from trm.spec import CONVERTER, RunSpec, structure_strict
 
@@ -99,9 +100,7 @@ def ensure_dataset(pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log)
     """The dataset directory the run reads: ``data.dir``, or one built into ``run_dir/data``
     (for ``[[data.mix]]``, the mixed dataset: :func:`trm.plan.mix.ensure_mix`)."""
     if spec.data.is_mix:
-        from trm.plan.mix import ensure_mix  # it builds each task through this module
-
-        return ensure_mix(pm, spec, run_dir, log)
+        return ensure_mix(pm, spec, run_dir, log, ensure_dataset)
     given = given_data_dir(spec)
     if given is not None:
         return given
@@ -132,9 +131,7 @@ def dataset_shape(
     are built once, not twice.
     """
     if spec.data.is_mix:
-        from trm.plan.mix import mix_shape  # it asks this module for each task's shape
-
-        return mix_shape(pm, spec, run_dir, log, build)
+        return mix_shape(pm, spec, run_dir, log, build, dataset_shape)
     split = spec.data.train_split
     given = given_data_dir(spec)
     if given is not None:

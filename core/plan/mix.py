@@ -68,12 +68,18 @@ def part_run_dir(run_dir: Path, entry: MixEntry) -> Path:
     return run_dir / PARTS / entry.task
 
 
-def mix_shape(pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log | None, build: bool):
-    """The mixed train split's shape, from each task's (see trm.plan.dataset)."""
-    from trm.plan.dataset import dataset_shape
-
+def mix_shape(
+    pm: TrmPluginManager,
+    spec: RunSpec,
+    run_dir: Path,
+    log: Log | None,
+    build: bool,
+    task_shape: Callable[..., DatasetShape],
+) -> DatasetShape:
+    """The mixed train split's shape, from each task's (``task_shape``:
+    trm.plan.dataset.dataset_shape, which calls this for a mix)."""
     shapes = [
-        dataset_shape(pm, entry_spec(spec, e), part_run_dir(run_dir, e), log, build)
+        task_shape(pm, entry_spec(spec, e), part_run_dir(run_dir, e), log, build)
         for e in spec.data.mix
     ]
     seq_len = max(s.seq_len for s in shapes)
@@ -88,13 +94,19 @@ def mix_shape(pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log | Non
     )
 
 
-def ensure_mix(pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log) -> Path:
-    """The mixed dataset the run reads (``run_dir/data``), built when missing or stale.
+def ensure_mix(
+    pm: TrmPluginManager,
+    spec: RunSpec,
+    run_dir: Path,
+    log: Log,
+    ensure_dataset: Callable[[TrmPluginManager, RunSpec, Path, Log], Path],
+) -> Path:
+    """The mixed dataset the run reads (``run_dir/data``), built when missing or stale; each
+    task's dataset found or built by ``ensure_dataset`` (trm.plan.dataset's, which calls
+    this for a mix).
 
     TrmError (``data.mix: …``) for a leak between the datasets; a task this call built for
     the refused mix is removed again, so the refusal leaves nothing behind."""
-    from trm.plan.dataset import ensure_dataset
-
     parts_before = (run_dir / PARTS).exists()
     folders = []
     try:
