@@ -384,3 +384,14 @@ def test_eval_of_a_mixed_model_scores_each_task_as_its_run_did(cli, mixed_run):
     only = json.loads(cli("eval", mixed_run.run_dir, "--task", "maze", "--json").out)
     assert only["tasks"] == ["maze"] and "exact_accuracy/sudoku4" not in only
     assert only["examples"] == only["examples/maze"] == 12
+
+
+def test_the_report_shows_each_task_of_a_mixed_run(mixed_run, tmp_path):
+    from trm.report.build import make_report
+
+    report = make_report([mixed_run.run_dir], tmp_path / "report")
+    tasks = report.document["runs"][0]["tasks"]
+    last = [r for r in metrics(mixed_run.run_dir) if r.get("kind") == "eval"][-1]
+    assert tasks["maze"]["exact_accuracy"] == last["exact_accuracy/maze"]
+    assert set(tasks) == {"sudoku4", "maze"}
+    assert "Each task" in (tmp_path / "report" / "index.html").read_text()

@@ -63,6 +63,12 @@ def run(args: argparse.Namespace) -> int:
         return _study_report(args.run_dirs[0], out_dir, args.json)
     report = make_report(args.run_dirs, out_dir)
     for summary in report.document["runs"]:
+        for task, figures in summary.get("tasks", {}).items():
+            info(
+                f"{summary['run']}: {task}: final exact accuracy "
+                f"{figures.get('exact_accuracy', 0):.2%}, cell accuracy "
+                f"{figures.get('cell_accuracy', 0):.2%}"
+            )
         for switch in summary["activation_checkpointing_switches"]:
             info(
                 f"{summary['run']}: activation checkpointing {'on' if switch['on'] else 'off'} "

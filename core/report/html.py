@@ -37,6 +37,9 @@ COLUMNS = (
 )
 
 
+TASK_COLUMNS = ("exact_accuracy", "cell_accuracy", "examples")
+
+
 def _duration(seconds: float) -> str:
     seconds = int(seconds)
     hours, rest = divmod(seconds, 3600)
@@ -87,8 +90,16 @@ def render_index(
             [title for _, title in COLUMNS],
             [[_cell(key, s.get(key)) for key, _ in COLUMNS] for s in summaries],
         ),
-        "<h2>Checks</h2>",
     ]
+    tasks = [(s["run"], task, f) for s in summaries for task, f in s.get("tasks", {}).items()]
+    if tasks:  # runs of a multi-task mix: the last evaluation of each task
+        parts.append("<h2>Each task</h2>")
+        rows = [
+            [escape(run), escape(task), *(_cell(k, f.get(k)) for k in TASK_COLUMNS)]
+            for run, task, f in tasks
+        ]
+        parts.append(_table(["run", "task", "final exact", "final cell", "examples"], rows))
+    parts.append("<h2>Checks</h2>")
     for summary in summaries:
         for switch in summary.get("activation_checkpointing_switches", []):
             parts.append(

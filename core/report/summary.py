@@ -36,6 +36,17 @@ def _best(values: list[float]) -> float | None:
     return max(values) if values else None
 
 
+def _tasks(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A mix's last evaluation by task (``exact_accuracy/TASK`` → ``{TASK:
+    {"exact_accuracy": …}}``); empty for a run of one dataset."""
+    tasks: dict[str, dict[str, Any]] = {}
+    for key, value in result.items():
+        name, slash, task = key.partition("/")
+        if slash:
+            tasks.setdefault(task, {})[name] = value
+    return tasks
+
+
 def run_summary(run: Run) -> dict[str, Any]:
     """One row of the table, as JSON-ready data (None where the run does not say)."""
     # an imported run (trm import) has no training rows yet: its step is its event rows'
@@ -56,6 +67,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         "wall_s": summary.get("wall_s", last.get("wall_s")),
         "stopped": summary.get("stopped"),
         "final_exact_accuracy": exact[-1] if exact else None,
+        "tasks": _tasks(run.evals[-1] if run.evals else {}),
         "best_exact_accuracy": _best(exact),
         "best_step": best_step,
         "final_cell_accuracy": cells[-1] if cells else None,
