@@ -290,17 +290,33 @@ def small_data_spec(spec: RunSpec, pm: Any, rows: int) -> RunSpec:
     """``spec`` with its ``[data.generate]`` recipe cut to ``rows`` training puzzles.
 
     Only options the source has are changed: ``count`` (rows), ``test_count`` (1),
-    ``augment`` (0). A spec naming a built ``data.dir`` is returned unchanged.
+    ``augment`` (0). A spec naming a built ``data.dir`` is returned unchanged; a mix has
+    each of its generated tasks cut so.
     """
     if spec.data.dir:
         return spec
-    source = find_data_source(pm, spec.data.source)
-    known = attrs.fields_dict(source.options_type)
-    generate = dict(spec.data.generate)
+    if spec.data.is_mix:
+        mix = tuple(
+            entry
+            if entry.dir
+            else attrs.evolve(
+                entry, generate=_small_options(pm, entry.source, entry.generate, rows)
+            )
+            for entry in spec.data.mix
+        )
+        return attrs.evolve(spec, data=attrs.evolve(spec.data, mix=mix))
+    generate = _small_options(pm, spec.data.source, spec.data.generate, rows)
+    return attrs.evolve(spec, data=attrs.evolve(spec.data, generate=generate))
+
+
+def _small_options(pm: Any, source_name: str, options: dict[str, Any], rows: int) -> dict:
+    """A source's ``[data.generate]`` options cut to ``rows`` training puzzles."""
+    known = attrs.fields_dict(find_data_source(pm, source_name).options_type)
+    generate = dict(options)
     for name, value in (("count", rows), ("test_count", 1), ("augment", 0)):
         if name in known:
             generate[name] = value
-    return attrs.evolve(spec, data=attrs.evolve(spec.data, generate=generate))
+    return generate
 
 
 def time_loop(
