@@ -190,6 +190,11 @@ class Progress:
         )
         if state.best_metric != "exact_accuracy" and state.best_metric in metrics:
             text += f", {state.best_metric} {metrics[state.best_metric]:.2%}"
+        tasks = [
+            k.removeprefix("exact_accuracy/") for k in metrics if k.startswith("exact_accuracy/")
+        ]
+        if tasks:  # a multi-task mix: each task's exact accuracy
+            text += "; " + ", ".join(f"{t} {metrics[f'exact_accuracy/{t}']:.2%}" for t in tasks)
         if self.tty:
             sys.stdout.write("\r\033[K")
         sys.stdout.write(text + "\n")
