@@ -184,6 +184,16 @@ def test_resumed_mixed_run_matches_an_uninterrupted_one(mixed_run, tmp_path):
     assert summary(stopped)["final_weights_sha256"] == whole
 
 
+def test_a_streamed_mix_trains_on_the_same_rows_as_one_in_memory(mixed_run, tmp_path):
+    from trm.cli.main import main
+
+    streamed = tmp_path / "streamed"
+    args = ["run", str(mixed_run.spec), "--out", str(streamed), "--set", "data.reader=stream"]
+    assert main(args) == 0
+    whole = summary(mixed_run.run_dir)["final_weights_sha256"]
+    assert summary(streamed)["final_weights_sha256"] == whole
+
+
 # ---------------------------------------------------------------- per-task metrics
 
 
