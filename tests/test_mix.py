@@ -234,8 +234,8 @@ def test_overall_figures_weigh_each_task_by_its_examples():
 @pytest.mark.parametrize(
     ("name", "extra", "weight", "fragment"),
     [
-        ("weight-zero", "", 0.0, "data.mix[1].weight"),
-        ("weight-negative", "", -1.0, "data.mix[1].weight"),
+        ("weight-zero", "", 0.0, "data.mix[0].weight"),
+        ("weight-negative", "", -1.0, "data.mix[0].weight"),
         ("source-too", '[data]\nsource = "sudoku"\n', 1.0, "remove data.source"),
         ("dir-too", '[data]\ndir = "/tmp"\n', 1.0, "names a dataset as well"),
     ],
@@ -405,3 +405,25 @@ def test_the_report_shows_each_task_of_a_mixed_run(mixed_run, tmp_path):
     assert tasks["maze"]["exact_accuracy"] == last["exact_accuracy/maze"]
     assert set(tasks) == {"sudoku4", "maze"}
     assert "Each task" in (tmp_path / "report" / "index.html").read_text()
+
+
+@pytest.mark.parametrize(
+    ("tables", "fragment"),
+    [
+        ([{"weight": 1.0}, {"source": "maze"}], "data.mix[0].source: name the task's data"),
+        ([{"source": "sudoku", "wieght": 2}, {"source": "maze"}], "wieght in [data.mix[0]]"),
+        ([{"source": "sudoku", "weight": float("inf")}, {"source": "maze"}], "finite number"),
+        (
+            [{"source": "sudoku", "dir": "/d", "generate": {"size": 4}}, {"source": "maze"}],
+            "not both",
+        ),
+        ([{"source": "sudoku", "name": "a/b"}, {"source": "maze"}], "data.mix[0].name"),
+        ([{"source": "mix"}, {"source": "maze"}], "data.mix[0].source"),
+    ],
+)
+def test_each_bad_mix_table_is_named_in_one_message(tables, fragment):
+    from trm.spec import spec_from_dict
+
+    with pytest.raises(TrmError) as refused:
+        spec_from_dict({"data": {"mix": tables}}, "spec.toml")
+    assert fragment in str(refused.value) and "\n" not in str(refused.value)

@@ -95,7 +95,7 @@ def _mix_problems(spec: RunSpec) -> list[str]:
             "[data] source (or dir) instead"
         )
     names = [entry.task for entry in d.mix]
-    for n, entry in enumerate(d.mix, start=1):
+    for n, entry in enumerate(d.mix):
         key = f"data.mix[{n}]"
         if not entry.source or entry.source == MIX_SOURCE:
             problems.append(
@@ -104,8 +104,8 @@ def _mix_problems(spec: RunSpec) -> list[str]:
             )
         if not (math.isfinite(entry.weight) and entry.weight > 0):
             problems.append(
-                f"{key}.weight: {entry.weight!r} must be above 0 (the task's share of the "
-                "training rows is weight / the sum of the weights)"
+                f"{key}.weight: {entry.weight!r} must be a finite number above 0 (the task's "
+                "share of the training rows is weight / the sum of the weights)"
             )
         if entry.dir and entry.generate:
             problems.append(f"{key}: give a dir (a built dataset) or [generate] options, not both")
