@@ -11,7 +11,8 @@ from .losses import (
     stablemax_cross_entropy,
     stablemax_log_probs,
 )
-from .optim import AdamATan2, build_optimizers, lr_at_step
+from .dense_optimizer import DenseOptimizer, choose_dense_optimizer
+from .optim import BUILT_IN_OPTIMIZERS, AdamATan2, build_optimizers, lr_at_step
 from .sparse_embedding import SignSGDSparse, SparsePuzzleEmbedding
 from .trm import TinyRecursiveModel, TRMCarry, puzzle_prefix_len
 
@@ -19,13 +20,16 @@ __all__ = [
     "EMA",
     "IGNORE_LABEL_ID",
     "ACTLoss",
+    "BUILT_IN_OPTIMIZERS",
     "AdamATan2",
+    "DenseOptimizer",
     "SignSGDSparse",
     "SparsePuzzleEmbedding",
     "TRMCarry",
     "TinyRecursiveModel",
     "act_loss",
     "build_optimizers",
+    "choose_dense_optimizer",
     "lr_at_step",
     "puzzle_prefix_len",
     "softmax_cross_entropy",
