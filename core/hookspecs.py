@@ -4,13 +4,12 @@ A plugin implements any of these with ``@trm.hookimpl`` on a module-level functi
 method of a plugin class (one instance per run; see docs/plugins.md), of the same name; as
 pluggy allows, an implementation may take only the arguments it uses.
 
-The life of ``trm run``: device_backends, dense_optimizers, check_spec, register_data_sources (when the spec's
-data must be built or its shape read), detect_hardware, configure_runtime, estimate_memory,
-adapt_config (then configure_runtime again when the runtime changed), recursion_schedule
-(with a time budget), load_checkpoint,
-open_dataset, on_train_start; per step
-on_step (and on_out_of_memory, on_thermal_event, on_eval, save_checkpoint as they arise);
-on_train_end however the loop ends.
+The life of ``trm run``: device_backends and dense_optimizers (asked by check_spec),
+check_spec, register_data_sources (when the spec's data must be built or its shape read),
+detect_hardware, configure_runtime, estimate_memory, adapt_config (then configure_runtime
+again when the runtime changed), recursion_schedule (with a time budget), load_checkpoint,
+open_dataset, on_train_start; per step on_step (and on_out_of_memory, on_thermal_event,
+on_eval, save_checkpoint as they arise); on_train_end however the loop ends.
 """
 
 from __future__ import annotations
@@ -141,9 +140,9 @@ def estimate_memory(
     adapt_config implementations through ``MemoryEstimate.for_spec`` for candidate specs.
     ``dataset`` holds the train split's shape (seq_len, vocab_size, puzzle identifiers,
     puzzles, groups); ``optimizer`` is the entry ``train.optimizer`` names (its
-    ``state_bytes_per_element``). Each item names one share (weights, activations, CUDA context, …) with
-    its bytes and location ("host" or "device"). Items from all plugins are summed per
-    location, so a plugin must not repeat another's items. Bytes are never negative.
+    ``state_bytes_per_element``). Each item names one share (weights, activations, CUDA
+    context, …) with its bytes and location ("host" or "device"). Items from all plugins are
+    summed per location, so a plugin must not repeat another's items. Bytes are never negative.
     """
 
 

@@ -69,5 +69,7 @@ def choose_dense_optimizer(offered: Iterable[DenseOptimizer], name: str) -> Dens
         )
     entry = matching[0]
     if entry.unavailable_reason is not None:
-        raise TrmError(f"train.optimizer: {name!r} cannot be built here: {entry.unavailable_reason}")
+        raise TrmError(
+            f"train.optimizer: {name!r} cannot be built here: {entry.unavailable_reason}"
+        )
     return entry
