@@ -60,6 +60,7 @@ def run_one(out: Path, optimizer: str, seed: int, steps: int) -> dict[str, Any]:
     command += ["--resume", "never", "--replace"]
     for text in sets:
         command += ["--set", text]
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
     before = load()
     started = time.perf_counter()
     with run_dir.with_name(run_dir.name + ".log").open("w") as log:
