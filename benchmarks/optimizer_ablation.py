@@ -3,6 +3,7 @@
 Usage:
   python benchmarks/optimizer_ablation.py [--steps 500] [--seeds 0,1,2] [--out DIR]
       [--json FILE]
+  python benchmarks/optimizer_ablation.py --from-json FILE   (the markdown table of a document)
 
 The quickstart spec (the paper's MLP TRM) with ``data.generate.size=6`` (the generator's
 default 14 clues) trains ``--steps`` optimizer steps (the whole learning-rate schedule) once
@@ -108,13 +109,45 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def markdown_table(document: dict[str, Any]) -> str:
+    """Per optimizer: its settings, each seed's final held-out exact accuracy and wall time,
+    and the means."""
+    seeds = sorted({run["seed"] for run in document["runs"]})
+    head = ["optimizer", "lr, weight decay, betas"]
+    head += [f"seed {seed}: exact, wall s" for seed in seeds]
+    head += ["mean exact", "mean wall s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, summary in document["summary"].items():
+        mine = {run["seed"]: run for run in document["runs"] if run["optimizer"] == name}
+        sets = dict(text.split("=", 1) for text in mine[seeds[0]]["sets"])
+        settings = (
+            f"{sets.get('train.lr', '1e-3')}, {sets.get('train.weight_decay', '0.1')}, "
+            f"({sets.get('train.beta1', '0.9')}, {sets.get('train.beta2', '0.95')})"
+        )
+        cells = [name, settings]
+        cells += [
+            f"{mine[seed]['final_exact_accuracy']:.1%}, {mine[seed]['process_wall_s']:.0f}"
+            for seed in seeds
+        ]
+        cells += [
+            f"{summary['final_exact_accuracy_mean']:.1%}",
+            f"{summary['process_wall_s_mean']:.0f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--out", type=Path, default=Path("runs/optimizer-ablation"))
     parser.add_argument("--json", type=Path, help="write the document here (else stdout)")
+    parser.add_argument("--from-json", type=Path, help="print the table of a saved document")
     args = parser.parse_args(argv)
+    if args.from_json:
+        print(markdown_table(json.loads(args.from_json.read_text())))
+        return 0
     document: dict[str, Any] = {"provenance": provenance()}
     document["settings"] = {
         "spec": "quickstart",

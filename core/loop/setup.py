@@ -113,11 +113,11 @@ def new_state(
 ) -> TrainState:
     """A fresh state: the seeded model (compiled when the runtime says so), optimizers, EMA.
 
-    ``optimizer`` is the dense optimizer's entry the run's plugins offer for
-    ``train.optimizer`` (None: the built-in entry of that name).
     ``local_batch`` (data parallelism) is this rank's rows of the global batch: the
     micro-batch is at most that. Every rank seeds alike, so all start from the same weights.
     The backend seeds every generator the run draws from (the device's own included).
+    ``optimizer`` is the dense optimizer's entry the run's plugins offer for
+    ``train.optimizer`` (None: the built-in entry of that name).
     """
     runtime.backend.seed(spec.train.seed, torch.device(runtime.device))
     micro_batch_size = spec.runtime.micro_batch_size or spec.train.global_batch_size
