@@ -4,13 +4,12 @@ A plugin implements any of these with ``@trm.hookimpl`` on a module-level functi
 method of a plugin class (one instance per run; see docs/plugins.md), of the same name; as
 pluggy allows, an implementation may take only the arguments it uses.
 
-The life of ``trm run``: device_backends, check_spec, register_data_sources (when the spec's
-data must be built or its shape read), detect_hardware, configure_runtime, estimate_memory,
-adapt_config (then configure_runtime again when the runtime changed), recursion_schedule
-(with a time budget), load_checkpoint,
-open_dataset, on_train_start; per step
-on_step (and on_out_of_memory, on_thermal_event, on_eval, save_checkpoint as they arise);
-on_train_end however the loop ends.
+The life of ``trm run``: device_backends and dense_optimizers (asked by check_spec),
+check_spec, register_data_sources (when the spec's data must be built or its shape read),
+detect_hardware, configure_runtime, estimate_memory, adapt_config (then configure_runtime
+again when the runtime changed), recursion_schedule (with a time budget), load_checkpoint,
+open_dataset, on_train_start; per step on_step (and on_out_of_memory, on_thermal_event,
+on_eval, save_checkpoint as they arise); on_train_end however the loop ends.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from trm.device.contract import DeviceBackend
     from trm.hardware import HardwareProfile
     from trm.memory import MemoryEstimate, MemoryItem
+    from trm.model import DenseOptimizer
     from trm.recursion import RecursionShare
     from trm.runtime import RuntimeChoice
     from trm.spec import Change, RunSpec
@@ -99,6 +99,20 @@ def device_backends() -> list[DeviceBackend] | None:
     """
 
 
+@hookspec
+def dense_optimizers() -> list[DenseOptimizer] | None:
+    """The dense optimizers this plugin offers, as :class:`trm.model.DenseOptimizer` entries
+    (each answers to a ``train.optimizer`` name: ``adam_atan2``, ``lion``).
+
+    Called when a command checks a spec (``train.optimizer`` must name exactly one entry of
+    the enabled plugins; an unknown name is one error line listing the names offered), by
+    the memory estimate (the entry's state bytes per parameter element) and when ``trm run``
+    builds its optimizers (the entry's ``build``). Offer an entry whose package is missing
+    too, with ``unavailable_reason`` saying what to install. The puzzle-embedding table's
+    sign-SGD is not chosen here.
+    """
+
+
 @hookspec(firstresult=True)
 def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice | None:
     """Choose device, precision, threads and compilation for this run.
@@ -114,16 +128,21 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
 
 @hookspec
 def estimate_memory(
-    spec: RunSpec, hardware: HardwareProfile, runtime: RuntimeChoice, dataset: DatasetShape
+    spec: RunSpec,
+    hardware: HardwareProfile,
+    runtime: RuntimeChoice,
+    dataset: DatasetShape,
+    optimizer: DenseOptimizer,
 ) -> list[MemoryItem] | None:
     """Predict the peak memory of a training step of ``spec`` as itemised MemoryItems.
 
     Called before adapt_config, by ``trm estimate`` and ``trm analyze``, and again by
     adapt_config implementations through ``MemoryEstimate.for_spec`` for candidate specs.
     ``dataset`` holds the train split's shape (seq_len, vocab_size, puzzle identifiers,
-    puzzles, groups). Each item names one share (weights, activations, CUDA context, …) with
-    its bytes and location ("host" or "device"). Items from all plugins are summed per
-    location, so a plugin must not repeat another's items. Bytes are never negative.
+    puzzles, groups); ``optimizer`` is the entry ``train.optimizer`` names (its
+    ``state_bytes_per_element``). Each item names one share (weights, activations, CUDA
+    context, …) with its bytes and location ("host" or "device"). Items from all plugins are
+    summed per location, so a plugin must not repeat another's items. Bytes are never negative.
     """
 
 

@@ -138,6 +138,17 @@ class TrmPluginManager:
         """Every ``DeviceBackend`` the enabled plugins offer (``device_backends`` hook)."""
         return [backend for part in self.pm.hook.device_backends() for backend in part or ()]
 
+    def dense_optimizers(self) -> list[Any]:
+        """Every ``DenseOptimizer`` the enabled plugins offer (``dense_optimizers`` hook)."""
+        return [entry for part in self.pm.hook.dense_optimizers() for entry in part or ()]
+
+    def dense_optimizer(self, name: str) -> Any:
+        """The enabled plugins' ``DenseOptimizer`` called ``name`` (``train.optimizer``);
+        TrmError when none or several are, or its package is missing."""
+        from trm.model.dense_optimizer import choose_dense_optimizer
+
+        return choose_dense_optimizer(self.dense_optimizers(), name)
+
     def backend_plugins_off(self) -> list[str]:
         """Installed plugins that offer backends but are off here (their device is absent,
         or they are opt-in)."""

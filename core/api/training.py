@@ -371,7 +371,8 @@ def _plan(
         plan, budget = plan_steps(pm, plan, run_dir, options.resume, given, timer, log)
     data_dir = ensure_dataset(pm, plan.spec, run_dir, log)
     if build:
-        check_checkpoint_room(run_dir, plan.spec, plan.dataset)
+        optimizer = pm.dense_optimizer(plan.spec.train.optimizer)
+        check_checkpoint_room(run_dir, plan.spec, plan.dataset, optimizer)
     return plan, data_dir, budget
 
 

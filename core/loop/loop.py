@@ -199,7 +199,10 @@ class Trainer:
         )
         local = self.parallel.local_batch if self.parallel.active else None
         try:
-            state = new_state(self.spec, self.runtime, data, self.run_dir, self.data_dir, local)
+            optimizer = self.pm.dense_optimizer(self.spec.train.optimizer)
+            state = new_state(
+                self.spec, self.runtime, data, self.run_dir, self.data_dir, local, optimizer
+            )
             self.parallel.attach(state.optimizers)
             self.world_note = resume(
                 state, self.pm, self.resume_from, self.journal.log, self.parallel

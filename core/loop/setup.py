@@ -25,7 +25,7 @@ from trm.evaluation.per_task import TaskSplit, task_splits
 from trm.evaluation.task_evaluation import TaskEvaluation, task_evaluation
 from trm.loop.data_parallel import DataParallel
 from trm.loop.device_failure import device_change_line, device_changed, recorded_device
-from trm.model import EMA, build_model, build_optimizers
+from trm.model import EMA, DenseOptimizer, build_model, build_optimizers
 from trm.plan.dataset import find_data_source
 from trm.plugin_manager import TrmPluginManager
 from trm.runtime import RuntimeChoice
@@ -154,12 +154,15 @@ def new_state(
     run_dir: Path,
     data_dir: Path,
     local_batch: int | None = None,
+    optimizer: DenseOptimizer | None = None,
 ) -> TrainState:
     """A fresh state: the seeded model (compiled when the runtime says so), optimizers, EMA.
 
     ``local_batch`` (data parallelism) is this rank's rows of the global batch: the
     micro-batch is at most that. Every rank seeds alike, so all start from the same weights.
     The backend seeds every generator the run draws from (the device's own included).
+    ``optimizer`` is the dense optimizer's entry the run's plugins offer for
+    ``train.optimizer`` (None: the built-in entry of that name).
     """
     runtime.backend.seed(spec.train.seed, torch.device(runtime.device))
     micro_batch_size = spec.runtime.micro_batch_size or spec.train.global_batch_size
@@ -174,7 +177,7 @@ def new_state(
     return TrainState(
         spec=spec,
         model=model,
-        optimizers=build_optimizers(model, spec.train),
+        optimizers=build_optimizers(model, spec.train, optimizer),
         ema=EMA(model, spec.train.ema_rate) if spec.train.ema else None,
         carry=None,
         run_dir=run_dir,

@@ -343,7 +343,12 @@ def time_loop(
 
 
 def time_plain_loop(
-    spec: RunSpec, runtime: RuntimeChoice, data_dir: Path, warmup: int, steps: int
+    spec: RunSpec,
+    runtime: RuntimeChoice,
+    data_dir: Path,
+    warmup: int,
+    steps: int,
+    optimizer: Any = None,
 ) -> LoopTiming:
     """The plain eager fp32 PyTorch loop of the same model, timed per step.
 
@@ -353,7 +358,8 @@ def time_plain_loop(
     optimizer step (:func:`trm.loop.step.attempt_step`: zero the gradients, one supervision
     step, the ACT loss, backward, the learning rate, the optimizer steps, EMA, one host read)
     over a batch gathered in the timed step. Same data, seed, optimizers and threads as the
-    trm loop.
+    trm loop (``optimizer``: the dense optimizer's entry; None: the built-in one the spec
+    names).
     """
     import torch
 
@@ -373,7 +379,7 @@ def time_plain_loop(
     state = TrainState(
         spec=spec,
         model=model,
-        optimizers=build_optimizers(model, train),
+        optimizers=build_optimizers(model, train, optimizer),
         ema=EMA(model, train.ema_rate) if train.ema else None,
         carry=model.initial_carry(placement.to_device(index.gather(sampler.examples_for_step(0)))),
         run_dir=data_dir,  # never written: the plain loop saves nothing
@@ -447,7 +453,14 @@ def run_bench(
             )
             spec_plain = bench_spec(spec, plain_batch, warmup + steps)
             with OtherLoad() as plain_load, _memory_error(runtime, "the plain loop", plain_batch):
-                plain_timing = time_plain_loop(spec_plain, runtime, data_dir, warmup, steps)
+                plain_timing = time_plain_loop(
+                    spec_plain,
+                    runtime,
+                    data_dir,
+                    warmup,
+                    steps,
+                    pm.dense_optimizer(spec.train.optimizer),
+                )
             runtime.backend.free_cached_memory(runtime.placement().device)
         log(
             f"timing trm: {warmup} warm-up + {steps} steps of {batch_size} samples "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .dense_optimizer import DenseOptimizer, choose_dense_optimizer
 from .ema import EMA
 from .losses import (
     IGNORE_LABEL_ID,
@@ -11,21 +12,24 @@ from .losses import (
     stablemax_cross_entropy,
     stablemax_log_probs,
 )
-from .optim import AdamATan2, build_optimizers, lr_at_step
+from .optim import BUILT_IN_OPTIMIZERS, AdamATan2, build_optimizers, lr_at_step
 from .sparse_embedding import SignSGDSparse, SparsePuzzleEmbedding
 from .trm import TinyRecursiveModel, TRMCarry, puzzle_prefix_len
 
 __all__ = [
+    "BUILT_IN_OPTIMIZERS",
     "EMA",
     "IGNORE_LABEL_ID",
     "ACTLoss",
     "AdamATan2",
+    "DenseOptimizer",
     "SignSGDSparse",
     "SparsePuzzleEmbedding",
     "TRMCarry",
     "TinyRecursiveModel",
     "act_loss",
     "build_optimizers",
+    "choose_dense_optimizer",
     "lr_at_step",
     "puzzle_prefix_len",
     "softmax_cross_entropy",

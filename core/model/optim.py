@@ -1,4 +1,5 @@
-"""Optimizers and the learning-rate schedule of TRM training."""
+"""The built-in dense optimizers (AdamATan2, AdamW), building a run's optimizers, and the
+learning-rate schedule of TRM training."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from torch import nn
 
 from ..spec import TrainSpec
+from .dense_optimizer import DenseOptimizer, choose_dense_optimizer
 from .sparse_embedding import SignSGDSparse
 
 
@@ -115,15 +117,59 @@ def fused_adamw_supported(params: list[torch.Tensor]) -> bool:
     )
 
 
-def build_optimizers(model: nn.Module, train: TrainSpec) -> list[Any]:
+def build_adam_atan2(params: list[nn.Parameter], train: TrainSpec) -> torch.optim.Optimizer:
+    """AdamATan2 (the reference's optimizer) with ``train.lr``, betas and weight decay."""
+    return AdamATan2(
+        params, lr=train.lr, betas=(train.beta1, train.beta2), weight_decay=train.weight_decay
+    )
+
+
+def build_adamw(params: list[nn.Parameter], train: TrainSpec) -> torch.optim.Optimizer:
+    """torch's AdamW with ``train.lr``, betas and weight decay, fused where
+    :func:`fused_adamw_supported`."""
+    return torch.optim.AdamW(
+        params,
+        lr=train.lr,
+        betas=(train.beta1, train.beta2),
+        weight_decay=train.weight_decay,
+        fused=fused_adamw_supported(params) or None,
+    )
+
+
+# Adam's two float32 moments per element (its step counts are one scalar per tensor).
+ADAM_STATE_BYTES_PER_ELEMENT = 8
+
+ADAM_ATAN2 = DenseOptimizer(
+    "adam_atan2",
+    build_adam_atan2,
+    ADAM_STATE_BYTES_PER_ELEMENT,
+    "AdamATan2: Adam with atan2 in place of the epsilon division (the reference's optimizer)",
+)
+ADAMW = DenseOptimizer(
+    "adamw",
+    build_adamw,
+    ADAM_STATE_BYTES_PER_ELEMENT,
+    "AdamW (torch.optim.AdamW, fused where torch has the kernel)",
+)
+# What the built-in plugin trm.plugins.optimizers.adam offers, and what build_optimizers and
+# the memory estimator choose from when no plugin manager chose an entry for them.
+BUILT_IN_OPTIMIZERS = (ADAM_ATAN2, ADAMW)
+
+
+def build_optimizers(
+    model: nn.Module, train: TrainSpec, dense: DenseOptimizer | None = None
+) -> list[Any]:
     """``[SignSGDSparse for the puzzle table (if the model has one), dense optimizer]``.
 
-    The dense optimizer (``train.optimizer``: ``adam_atan2`` or ``adamw``, fused where
-    :func:`fused_adamw_supported`; AdamATan2 always updates with multi-tensor ops) gets every
-    trainable parameter with ``train.lr``, ``(beta1, beta2)`` and ``weight_decay``; the
-    sparse one gets ``puzzle_emb_lr``/``puzzle_emb_weight_decay``. Each param group records
-    its base learning rate under ``"base_lr"`` for :func:`lr_at_step`.
+    The dense optimizer is ``dense`` (the entry the run's plugins offer for
+    ``train.optimizer``; None: the built-in entry of that name, ``adam_atan2`` or ``adamw``)
+    built over every trainable parameter with ``train.lr``, ``(beta1, beta2)`` and
+    ``weight_decay``; the sparse one gets ``puzzle_emb_lr``/``puzzle_emb_weight_decay``.
+    Each param group records its base learning rate under ``"base_lr"`` for
+    :func:`lr_at_step`. TrmError when ``dense`` is None and the name is not built in.
     """
+    if dense is None:
+        dense = choose_dense_optimizer(BUILT_IN_OPTIMIZERS, train.optimizer)
     optimizers: list[Any] = []
     puzzle_emb = getattr(model, "puzzle_emb", None)
     if puzzle_emb is not None:
@@ -133,24 +179,10 @@ def build_optimizers(model: nn.Module, train: TrainSpec) -> list[Any]:
         sparse.param_groups[0]["base_lr"] = train.puzzle_emb_lr
         optimizers.append(sparse)
     params = [p for p in model.parameters() if p.requires_grad]
-    betas = (train.beta1, train.beta2)
-    if train.optimizer == "adam_atan2":
-        dense: torch.optim.Optimizer = AdamATan2(
-            params, lr=train.lr, betas=betas, weight_decay=train.weight_decay
-        )
-    elif train.optimizer == "adamw":
-        dense = torch.optim.AdamW(
-            params,
-            lr=train.lr,
-            betas=betas,
-            weight_decay=train.weight_decay,
-            fused=fused_adamw_supported(params) or None,
-        )
-    else:
-        raise ValueError(f"unknown optimizer {train.optimizer!r}; use adam_atan2 or adamw")
-    for group in dense.param_groups:
+    dense_optimizer = dense.build(params, train)
+    for group in dense_optimizer.param_groups:
         group["base_lr"] = train.lr
-    optimizers.append(dense)
+    optimizers.append(dense_optimizer)
     return optimizers
 
 

@@ -113,7 +113,11 @@ def estimate_memory(
         if candidate.runtime != spec.runtime:
             chosen = choose_runtime(pm, candidate, hardware)
         parts = pm.hook.estimate_memory(
-            spec=candidate, hardware=hardware, runtime=chosen, dataset=dataset
+            spec=candidate,
+            hardware=hardware,
+            runtime=chosen,
+            dataset=dataset,
+            optimizer=pm.dense_optimizer(candidate.train.optimizer),
         )
         device = torch.device(chosen.device)
         return collect_estimate(
@@ -169,10 +173,12 @@ def check_device(pm: TrmPluginManager, device: str) -> None:
 
 
 def check_spec(pm: TrmPluginManager, spec: RunSpec, log: Log | None = None) -> None:
-    """Refuse a ``runtime.device`` no backend claims and ``[plugins.NAME]`` tables that name no
-    installed plugin (a typo), note those of plugins that are off, then let every enabled
+    """Refuse a ``runtime.device`` no backend claims, a ``train.optimizer`` no enabled plugin
+    offers (or whose package is missing), ``[plugins.NAME]`` tables that name no installed
+    plugin (a typo), note those of plugins that are off, then let every enabled
     plugin check the spec (``check_spec``)."""
     check_device(pm, spec.runtime.device)
+    pm.dense_optimizer(spec.train.optimizer)
     installed = {info.name: info.enabled for info in pm.infos}
     for name in spec.plugins:
         if name not in installed:

@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import attrs
 import torch
@@ -18,6 +18,9 @@ from trm.data.shape import DatasetShape
 from trm.errors import TrmError
 from trm.plan.pipeline import Plan
 from trm.spec import RunSpec, load_spec, spec_to_toml
+
+if TYPE_CHECKING:
+    from trm.model import DenseOptimizer
 
 MIN_FREE_BYTES = 64 * 2**20
 MIN_CHECKPOINTS_ROOM = 3
@@ -163,35 +166,45 @@ def lock_run_dir(run_dir: Path) -> IO[str] | None:
     return handle
 
 
-def estimate_checkpoint_bytes(spec: RunSpec, dataset: DatasetShape) -> int:
+def estimate_checkpoint_bytes(
+    spec: RunSpec, dataset: DatasetShape, optimizer: DenseOptimizer | None = None
+) -> int:
     """An upper estimate of one checkpoint's size on disk for ``spec`` on that dataset.
 
     Builds the model on the meta device (no memory), then counts its state dict, the EMA
-    shadows (trainable parameters), the dense optimizer's two moments per trainable
-    parameter, the carry (z_H and z_L for the global batch, plus its data rows) and a fixed
-    overhead.
+    shadows (trainable parameters), the dense optimizer's state (``optimizer``'s bytes per
+    trainable parameter element; None: the built-in entry ``train.optimizer`` names), the
+    carry (z_H and z_L for the global batch, plus its data rows) and a fixed overhead.
     """
-    from trm.model import TinyRecursiveModel
+    from trm.model import BUILT_IN_OPTIMIZERS, TinyRecursiveModel, choose_dense_optimizer
+
+    if optimizer is None:
+        optimizer = choose_dense_optimizer(BUILT_IN_OPTIMIZERS, spec.train.optimizer)
 
     with torch.device("meta"):
         model = TinyRecursiveModel(spec.arch, **dataset.model_kwargs())
     state = model.state_dict()
     model_bytes = sum(t.numel() * t.element_size() for t in state.values())
     trainable_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    trainable_elements = sum(p.numel() for p in model.parameters())
     ema_bytes = trainable_bytes if spec.train.ema else 0
     batch = spec.train.global_batch_size
     carry_bytes = 2 * batch * model.num_positions * spec.arch.hidden_size * 4
     carry_bytes += batch * (2 * dataset.seq_len + 1 + 1 + 1) * 8
-    return model_bytes + ema_bytes + 2 * trainable_bytes + carry_bytes + CHECKPOINT_OVERHEAD_BYTES
+    optimizer_bytes = optimizer.state_bytes_per_element * trainable_elements
+    return model_bytes + ema_bytes + optimizer_bytes + carry_bytes + CHECKPOINT_OVERHEAD_BYTES
 
 
-def check_checkpoint_room(run_dir: Path, spec: RunSpec, dataset: DatasetShape) -> int:
-    """Raise TrmError unless ``run_dir`` has room for the checkpoints; returns one's bytes.
+def check_checkpoint_room(
+    run_dir: Path, spec: RunSpec, dataset: DatasetShape, optimizer: DenseOptimizer | None = None
+) -> int:
+    """Raise TrmError unless ``run_dir`` has room for the checkpoints; returns one's bytes
+    (``optimizer``: as :func:`estimate_checkpoint_bytes` takes it).
 
     Room is needed for ``max(3, checkpoint_keep + 1)`` checkpoints (the kept ones plus the
     one being written), less what the run's existing checkpoints already occupy.
     """
-    one_bytes = estimate_checkpoint_bytes(spec, dataset)
+    one_bytes = estimate_checkpoint_bytes(spec, dataset, optimizer)
     copies = max(MIN_CHECKPOINTS_ROOM, spec.train.checkpoint_keep + 1)
     folder = run_dir / "checkpoints"
     existing = sum(p.stat().st_size for p in folder.glob("step-*.pt")) if folder.is_dir() else 0

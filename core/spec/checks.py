@@ -14,7 +14,6 @@ from trm.spec.schema import (
     HOST_MEMORY_CHOICES,
     LOSSES,
     MIX_SOURCE,
-    OPTIMIZERS,
     POS_ENCODINGS,
     PRECISIONS,
     READERS,
@@ -161,7 +160,11 @@ def validate(spec: RunSpec, where: str) -> None:
         "must fit in puzzle_emb_len tokens of hidden_size",
     )
     need(t.max_steps > 0 or t.epochs > 0, "train.max_steps", "set max_steps or epochs above 0")
-    need(t.optimizer in OPTIMIZERS, "train.optimizer", f"must be one of {OPTIMIZERS}")
+    need(
+        bool(_NAME.match(t.optimizer)),
+        "train.optimizer",
+        f"{t.optimizer!r} must be an optimizer's name (e.g. adam_atan2)",
+    )
     need(bool(d.source), "data.source", "name a data source, e.g. sudoku")
     for key, split in (("data.train_split", d.train_split), ("data.eval_split", d.eval_split)):
         need(bool(_SPLIT.match(split)), key, f"{split!r} must be a folder name (e.g. 'test')")

@@ -25,7 +25,6 @@ ACTIVATION_CHECKPOINTING_CHOICES = ("auto", "on", "off")
 READERS = ("auto", "memory", "stream")
 POS_ENCODINGS = ("rope", "learned", "none")
 LOSSES = ("stablemax", "softmax")
-OPTIMIZERS = ("adam_atan2", "adamw")
 
 
 @frozen
@@ -67,6 +66,8 @@ class TrainSpec:
     beta1: float = 0.9
     beta2: float = 0.95
     weight_decay: float = 0.1
+    # the dense optimizer, by a name an optimizer plugin offers (dense_optimizers hook):
+    # adam_atan2 and adamw built in, lion with trm[lion]
     optimizer: str = "adam_atan2"
     puzzle_emb_lr: float = 1e-2
     puzzle_emb_weight_decay: float = 0.1

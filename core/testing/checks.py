@@ -57,9 +57,19 @@ def call_estimator(
     runtime: RuntimeChoice,
     dataset: DatasetShape,
 ) -> list[MemoryItem]:
-    """Call ``plugin``'s estimate_memory with the hook arguments it accepts (as pluggy does)."""
+    """Call ``plugin``'s estimate_memory with the hook arguments it accepts (as pluggy does);
+    ``optimizer`` is the built-in entry ``spec.train.optimizer`` names."""
+    from trm.model import BUILT_IN_OPTIMIZERS, choose_dense_optimizer
+
     function = _estimator_of(plugin)
-    offered = {"spec": spec, "hardware": hardware, "runtime": runtime, "dataset": dataset}
+    optimizer = choose_dense_optimizer(BUILT_IN_OPTIMIZERS, spec.train.optimizer)
+    offered = {
+        "spec": spec,
+        "hardware": hardware,
+        "runtime": runtime,
+        "dataset": dataset,
+        "optimizer": optimizer,
+    }
     names = inspect.signature(function).parameters
     return list(function(**{k: v for k, v in offered.items() if k in names}) or [])
 

@@ -45,6 +45,7 @@ from trm.data.shape import DatasetShape
 from trm.device.distributed import env_world
 from trm.hardware import HardwareProfile, format_bytes
 from trm.memory import MemoryItem, StepMemory
+from trm.model import BUILT_IN_OPTIMIZERS, DenseOptimizer, choose_dense_optimizer
 from trm.model.layers import swiglu_inner_width
 from trm.model.trm import puzzle_prefix_len
 from trm.runtime import RuntimeChoice
@@ -440,6 +441,8 @@ class StepPlan:
     micro: int
     checkpointing: bool
     on_device: bool
+    # bytes of state the dense optimizer keeps per parameter element (its DenseOptimizer's)
+    optimizer_state_bytes_per_element: int
 
     @property
     def arch(self) -> ArchSpec:
@@ -478,10 +481,17 @@ class StepPlan:
 
 
 def plan_step(
-    spec: RunSpec, runtime: RuntimeChoice, dataset: DatasetShape, world_size: int | None
+    spec: RunSpec,
+    runtime: RuntimeChoice,
+    dataset: DatasetShape,
+    world_size: int | None,
+    optimizer: DenseOptimizer | None = None,
 ) -> StepPlan:
     """The step this process runs: under torchrun (``world_size``, default from its
-    environment) only its rows of the global batch, in micro-batches at most that large."""
+    environment) only its rows of the global batch, in micro-batches at most that large,
+    updated by ``optimizer`` (None: the built-in entry ``train.optimizer`` names)."""
+    if optimizer is None:
+        optimizer = choose_dense_optimizer(BUILT_IN_OPTIMIZERS, spec.train.optimizer)
     world = env_world().size if world_size is None else world_size
     rows = max(1, spec.train.global_batch_size // max(1, world))
     return StepPlan(
@@ -494,6 +504,7 @@ def plan_step(
         micro=min(spec.runtime.micro_batch_size or rows, rows),
         checkpointing=spec.runtime.activation_checkpointing == "on",  # "auto": planned off
         on_device=runtime.backend.uses_device_memory(),
+        optimizer_state_bytes_per_element=optimizer.state_bytes_per_element,
     )
 
 
@@ -540,11 +551,6 @@ def _item(name: str, count: float, location: str, note: str) -> MemoryItem:
     return MemoryItem(name=name, bytes=max(0, int(count)), location=location, note=note)
 
 
-def optimizer_states_per_param(optimizer: str) -> int:
-    """float32 states the optimizer keeps per parameter (Adam's two moments; sign-SGD none)."""
-    return 2 if optimizer in ("adam_atan2", "adamw") else 0
-
-
 def persistent_items(step: StepPlan) -> list[MemoryItem]:
     """What lives through the whole step: weights, gradients, optimizer states, the EMA copy,
     the puzzle table and its sparse buffers, autocast weight copies, the carry. The model's
@@ -552,7 +558,6 @@ def persistent_items(step: StepPlan) -> list[MemoryItem]:
     (:attr:`StepPlan.replicas`); the rows' tensors once."""
     s, train, where, precision = step.sizes, step.spec.train, step.location, step.precision
     low = low_bytes(precision)
-    states = optimizer_states_per_param(train.optimizer)
     copies = step.replicas
     each = f" (on each of the {copies} devices)" if copies > 1 else ""
 
@@ -568,8 +573,9 @@ def persistent_items(step: StepPlan) -> list[MemoryItem]:
         replicated("gradients", F32 * s.params, "one float32 gradient per parameter"),
         replicated(
             "optimizer states",
-            states * F32 * s.params,
-            f"{train.optimizer}: first and second moments per parameter",
+            step.optimizer_state_bytes_per_element * s.params,
+            f"{train.optimizer}: {step.optimizer_state_bytes_per_element} bytes of state per "
+            "parameter",
         ),
         replicated(
             "EMA copy",
@@ -674,12 +680,12 @@ def host_items(
     )
     items = [_item("data-loader buffers", data_bytes, "host", data_note)]
     if step.world > 1 and env_world().is_first:
-        states = optimizer_states_per_param(train.optimizer)
         ema_params = s.params if train.ema else 0
         items.append(
             _item(
                 "checkpoint snapshot",
-                F32 * (s.params + s.buffers_persistent + ema_params + states * s.params)
+                F32 * (s.params + s.buffers_persistent + ema_params)
+                + step.optimizer_state_bytes_per_element * s.params
                 + step.carry_bytes(step.global_batch, F32),
                 "host",
                 "rank 0's host copy of a checkpoint while a background thread writes it "
@@ -748,6 +754,7 @@ def estimate_items(
     dataset: DatasetShape,
     process_baseline_bytes: int | None = None,
     world_size: int | None = None,
+    optimizer: DenseOptimizer | None = None,
 ) -> list[MemoryItem]:
     """Every item of one training step's peak; see the module docstring for the accounting.
 
@@ -756,8 +763,10 @@ def estimate_items(
     gathers every rank's puzzle-embedding lookups. On a device with memory of its own, the
     backend adds what its allocator and runtime hold
     (:meth:`~trm.device.contract.DeviceBackend.allocator_items`); in host memory, torch's
-    CPU runtime and glibc's heap slack are counted here."""
-    step = plan_step(spec, runtime, dataset, world_size)
+    CPU runtime and glibc's heap slack are counted here. ``optimizer`` is the dense
+    optimizer's entry (its state bytes per parameter element; None: the built-in entry
+    ``train.optimizer`` names)."""
+    step = plan_step(spec, runtime, dataset, world_size, optimizer)
     tensors = step_tensors(step)
     items = persistent_items(step) + activation_items(step, tensors)
     items += host_items(step, hardware, process_baseline_bytes)
@@ -780,7 +789,11 @@ def estimate_items(
 
 @hookimpl
 def estimate_memory(
-    spec: RunSpec, hardware: HardwareProfile, runtime: RuntimeChoice, dataset: DatasetShape
+    spec: RunSpec,
+    hardware: HardwareProfile,
+    runtime: RuntimeChoice,
+    dataset: DatasetShape,
+    optimizer: DenseOptimizer,
 ) -> list[MemoryItem]:
     """The built-in estimate of a TRM training step (see the module docstring)."""
-    return estimate_items(spec, hardware, runtime, dataset)
+    return estimate_items(spec, hardware, runtime, dataset, optimizer=optimizer)

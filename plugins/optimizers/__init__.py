@@ -1,0 +1,2 @@
+"""Dense optimizers ``train.optimizer`` can name: AdamATan2 and AdamW (adam), Lion (lion, on
+the optional ``lion-pytorch`` package)."""

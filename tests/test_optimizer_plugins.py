@@ -1,0 +1,258 @@
+"""An optimizer is a plugin: ``train.optimizer`` names whatever the installed plugins offer.
+
+An out-of-tree package (tests/fixtures/trm_sgd_optimizer, registered under the
+``trm.plugins`` entry-point group and installed with pip into a folder of its own, as the
+out-of-tree backend test does) is chosen by ``train.optimizer`` with no change to trm; Lion
+(the built-in ``lion`` plugin on lion-pytorch) trains and resumes bit-identically after a
+SIGKILL; an unknown name and a missing package are one error line each; the memory estimate
+counts the chosen optimizer's state.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+import trm
+from tests.conftest import assert_one_line_error
+from tests.tiny_run import (
+    GLOBAL_BATCH,
+    TOTAL_STEPS,
+    build_tiny_data,
+    checkpoint_steps,
+    eval_steps,
+    summary,
+    train_steps,
+    write_spec,
+)
+from trm.data.shape import DatasetShape
+from trm.hardware import HardwareProfile
+from trm.model import DenseOptimizer, choose_dense_optimizer
+from trm.model.optim import ADAM_ATAN2
+from trm.plugins.optimizers import lion as lion_plugin
+from trm.plugins.planning import memory_estimator
+from trm.runtime import RuntimeChoice
+from trm.spec import load_spec, resolve_spec_path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "tests" / "fixtures" / "trm_sgd_optimizer"
+PROCESS_TIMEOUT_S = 180.0
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict[str, str]:
+    """The environment of a process that has trm-sgd-optimizer installed."""
+    site = tmp_path_factory.mktemp("site")
+    build = tmp_path_factory.mktemp("build")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(PACKAGE),
+        ],
+        check=True,
+        cwd=build,
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRM_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def _start(env: dict[str, str], spec: Path, run_dir: Path, name: str) -> subprocess.Popen:
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    log = run_dir.parent / f"{run_dir.name}-{name}.log"
+    return subprocess.Popen(
+        [sys.executable, "-m", "trm", "run", str(spec), "--out", str(run_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _finish(process: subprocess.Popen) -> int:
+    try:
+        process.wait(timeout=PROCESS_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    return process.returncode
+
+
+def _train_rows(run_dir: Path) -> int:
+    try:
+        return (run_dir / "metrics.jsonl").read_text().count('"samples_per_s"')
+    except OSError:
+        return 0
+
+
+def _kill_mid_run_then_resume(env: dict[str, str], spec: Path, run_dir: Path) -> list[int]:
+    """SIGKILL a run once it has logged three steps, then run the same command again."""
+    process = _start(env, spec, run_dir, "kill")
+    while process.poll() is None:
+        if _train_rows(run_dir) >= 3:
+            os.kill(process.pid, signal.SIGKILL)
+            break
+        time.sleep(0.001)
+    killed = _finish(process)
+    return [killed, _finish(_start(env, spec, run_dir, "resume"))]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, installed) -> tuple[Path, dict[str, list[int]]]:
+    """For Lion and the out-of-tree SGD: an uninterrupted tiny run and one killed mid-run and
+    resumed, side by side in threads. Returns the base folder and each run's exit codes."""
+    base = tmp_path_factory.mktemp("optimizers")
+    data = build_tiny_data(base / "data")
+    specs = {
+        "lion": write_spec(base / "lion", data, optimizer="lion", lr=3e-4, weight_decay=0.3),
+        "sgd": write_spec(base / "sgd", data, optimizer="sgd_momentum", lr=0.05),
+    }
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {}
+        for name, spec in specs.items():
+            reference = base / f"{name}-reference"
+            futures[f"{name}-reference"] = pool.submit(
+                lambda s=spec, r=reference: [_finish(_start(installed, s, r, "run"))]
+            )
+            futures[f"{name}-resumed"] = pool.submit(
+                _kill_mid_run_then_resume, installed, spec, base / f"{name}-resumed"
+            )
+        return base, {name: future.result() for name, future in futures.items()}
+
+
+def _dense_state(run_dir: Path) -> dict:
+    """The dense optimizer's state dict in the run's newest checkpoint."""
+    newest = max(checkpoint_steps(run_dir))
+    path = run_dir / "checkpoints" / f"step-{newest:08d}.pt"
+    payload = torch.load(path, weights_only=True, map_location="cpu")
+    return payload["optimizers"][-1]
+
+
+def _assert_resumed_bit_identical(base: Path, name: str, codes: dict[str, list[int]]) -> None:
+    assert codes[f"{name}-reference"] == [0]
+    killed, resumed = codes[f"{name}-resumed"]
+    assert killed == -signal.SIGKILL and resumed == 0
+    reference, run_dir = base / f"{name}-reference", base / f"{name}-resumed"
+    assert "resumed from step" in (base / f"{name}-resumed-resume.log").read_text()
+    got, want = summary(run_dir), summary(reference)
+    assert got["final_weights_sha256"] == want["final_weights_sha256"]
+    assert (got["steps"], got["samples"]) == (TOTAL_STEPS, TOTAL_STEPS * GLOBAL_BATCH)
+    assert train_steps(run_dir) == list(range(1, TOTAL_STEPS + 1))
+    assert eval_steps(run_dir) == eval_steps(reference)
+
+
+@pytest.mark.slow
+def test_an_installed_optimizer_plugin_is_chosen_by_train_optimizer_and_trains(runs, installed):
+    base, codes = runs
+    assert codes["sgd-reference"] == [0]
+    assert summary(base / "sgd-reference")["steps"] == TOTAL_STEPS
+    state = _dense_state(base / "sgd-reference")
+    # torch's SGD keeps one momentum buffer per parameter: the plugin's optimizer trained
+    assert state["state"] and all(set(s) == {"momentum_buffer"} for s in state["state"].values())
+    assert state["param_groups"][0]["momentum"] == 0.9
+    listed = subprocess.run(
+        [sys.executable, "-m", "trm", "plugins", "--json"],
+        env=installed,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert '"dense_optimizers"' in listed.stdout and "sgd-optimizer" in listed.stdout
+
+
+@pytest.mark.slow
+def test_an_installed_optimizer_plugin_resumes_bit_identical_after_a_sigkill(runs):
+    base, codes = runs
+    _assert_resumed_bit_identical(base, "sgd", codes)
+
+
+@pytest.mark.slow
+def test_lion_trains_a_tiny_run_keeping_one_moment_per_parameter(runs):
+    base, codes = runs
+    assert codes["lion-reference"] == [0]
+    done = summary(base / "lion-reference")
+    assert done["steps"] == TOTAL_STEPS
+    state = _dense_state(base / "lion-reference")
+    assert state["state"] and all(set(s) == {"exp_avg"} for s in state["state"].values())
+    assert state["param_groups"][0]["betas"] == (0.9, 0.95)
+    assert state["param_groups"][0]["weight_decay"] == 0.3
+
+
+@pytest.mark.slow
+def test_lion_killed_mid_run_resumes_bit_identical(runs):
+    base, codes = runs
+    _assert_resumed_bit_identical(base, "lion", codes)
+
+
+# ------------------------------------------------------------------------- bad names
+
+
+def test_an_unknown_optimizer_is_one_line_naming_the_available_ones(cli, tmp_path):
+    run_dir = tmp_path / "run"
+    result = cli("run", "quickstart", "--set", "train.optimizer=x", "--out", run_dir)
+    assert_one_line_error(
+        result,
+        "train.optimizer: unknown optimizer 'x'; available: adam_atan2, adamw, lion",
+    )
+    assert not run_dir.exists()
+    with pytest.raises(trm.TrmError, match="unknown optimizer 'x'; available: adam_atan2"):
+        trm.train("quickstart", out=tmp_path / "api", overrides=["train.optimizer=x"])
+    assert not (tmp_path / "api").exists()
+
+
+def test_an_optimizer_whose_package_is_missing_names_the_extra_to_install(
+    cli, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(lion_plugin, "PACKAGE", "lion_pytorch_is_not_installed_here")
+    run_dir = tmp_path / "run"
+    result = cli("run", "quickstart", "--set", "train.optimizer=lion", "--out", run_dir)
+    assert_one_line_error(
+        result, "train.optimizer: 'lion'", "lion-pytorch", "pip install 'trm[lion]'"
+    )
+    assert not run_dir.exists()
+    assert cli("estimate", "quickstart").code == 0  # a spec that does not name it is untouched
+
+
+def test_a_name_two_plugins_offer_is_refused():
+    other = DenseOptimizer("adam_atan2", ADAM_ATAN2.build, 8)
+    with pytest.raises(trm.TrmError, match="2 plugins offer an optimizer called 'adam_atan2'"):
+        choose_dense_optimizer([ADAM_ATAN2, other], "adam_atan2")
+
+
+# ------------------------------------------------------------------------- memory
+
+
+def test_the_memory_estimate_of_lion_is_one_moment_below_adam_atan2s():
+    spec = load_spec(resolve_spec_path("quickstart"))
+    shape = DatasetShape(seq_len=16, vocab_size=6, num_puzzle_identifiers=1)
+    runtime = RuntimeChoice("cpu", "fp32", 2, False)
+    lion = next(e for e in lion_plugin.dense_optimizers() if e.name == "lion")
+
+    def items(optimizer: DenseOptimizer) -> dict[str, int]:
+        found = memory_estimator.estimate_items(
+            spec, HardwareProfile(), runtime, shape, process_baseline_bytes=0, optimizer=optimizer
+        )
+        return {item.name: item.bytes for item in found}
+
+    adam, lion_items = items(ADAM_ATAN2), items(lion)
+    params = memory_estimator.model_sizes(spec.arch, shape).params
+    one_moment_bytes = 4 * params  # one float32 per parameter element
+    assert adam["optimizer states"] == 2 * one_moment_bytes
+    assert lion_items["optimizer states"] == one_moment_bytes
+    assert sum(adam.values()) - sum(lion_items.values()) == one_moment_bytes
