@@ -96,7 +96,9 @@ def test_a_cell_never_sees_cells_outside_its_window_but_always_sees_the_prefix()
         assert torch.equal(attention(moved_far, mask=mask)[0, cell], before)
         assert not torch.allclose(attention(moved_prefix, mask=mask)[0, cell], before)
         # the prefix token attends to everything, the far cell included
-        assert not torch.allclose(attention(moved_far, mask=mask)[0, 0], attention(x, mask=mask)[0, 0])
+        assert not torch.allclose(
+            attention(moved_far, mask=mask)[0, 0], attention(x, mask=mask)[0, 0]
+        )
 
 
 # ------------------------------------------------------------------ kernels agree
