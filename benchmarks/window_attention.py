@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from provenance import provenance  # noqa: E402
+from provenance import provenance
 
 REPO = Path(__file__).resolve().parent.parent
 PREFIX, SIDE, VOCAB = 16, 30, 6
@@ -217,7 +217,8 @@ def run_accuracy(args: argparse.Namespace) -> dict[str, Any]:
             "--set", f"train.seed={args.seed}",
             "--set", f"train.eval_interval={args.steps}",
             "--set", f"train.lr_warmup_steps={min(100, args.steps // 4)}",
-            "--set", f"train.max_steps={args.steps}", "--out", str(run), "--resume", "never", "--replace",
+            "--set", f"train.max_steps={args.steps}",
+            "--out", str(run), "--resume", "never", "--replace",
         ]  # fmt: skip
         start = time.perf_counter()
         subprocess.run(command, check=True, capture_output=True, text=True)
@@ -234,7 +235,7 @@ def run_accuracy(args: argparse.Namespace) -> dict[str, Any]:
             "seed": args.seed,
             "steps": args.steps,
             "wall_s": round(wall_s, 1),
-            "command": " ".join(command[:2] + ["specs/maze-small.toml"] + command[3:]),
+            "command": " ".join([*command[:2], "specs/maze-small.toml", *command[3:]]),
             "eval": {k: v for k, v in last.items() if "acc" in k or k in ("step", "split")},
             "summary": {k: v for k, v in summary.items() if "acc" in k or "step" in k},
         }

@@ -164,7 +164,7 @@ def test_the_mask_is_built_once_per_device() -> None:
 
 def test_a_window_on_the_mlp_variant_is_refused_naming_the_key() -> None:
     spec = RunSpec(arch=attention_arch(mlp_t=True, attention_window=2))
-    with pytest.raises(TrmError, match="arch.attention_window") as raised:
+    with pytest.raises(TrmError, match=r"arch\.attention_window") as raised:
         validate(spec, "spec")
     assert "mlp_t" in str(raised.value) and "\n" not in str(raised.value)
 
@@ -175,7 +175,7 @@ def test_a_window_over_a_sequence_that_is_no_square_grid_is_refused() -> None:
 
 
 def test_a_negative_window_is_refused() -> None:
-    with pytest.raises(TrmError, match="arch.attention_window"):
+    with pytest.raises(TrmError, match=r"arch\.attention_window"):
         validate(RunSpec(arch=attention_arch(attention_window=-1)), "spec")
 
 
