@@ -231,3 +231,11 @@ def attrs_train():
     from trm.spec import TrainSpec
 
     return TrainSpec(global_batch_size=4, max_steps=1)
+
+
+def test_a_windowed_network_is_not_exported_in_the_reference_format() -> None:
+    from trm.interop.reference_config import reference_config
+
+    spec = RunSpec(arch=attention_arch(attention_window=1))
+    with pytest.raises(TrmError, match=r"reference implementation has dense attention only"):
+        reference_config(spec, "data", 10, "step_1")
