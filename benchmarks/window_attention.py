@@ -237,6 +237,7 @@ def run_accuracy(args: argparse.Namespace) -> dict[str, Any]:
             "wall_s": round(wall_s, 1),
             "command": " ".join([*command[:2], "specs/maze-small.toml", *command[3:]]),
             "eval": {k: v for k, v in last.items() if "acc" in k or k in ("step", "split")},
+            "train_wall_s": summary.get("wall_s"),
             "summary": {k: v for k, v in summary.items() if "acc" in k or "step" in k},
         }
         print(json.dumps(row), file=sys.stderr)

@@ -224,7 +224,27 @@ def test_a_window_at_seq_len_900_keeps_what_the_estimate_counts_and_no_score_mat
         process_baseline_bytes=0,
     )
     mask = {item.name: item.bytes for item in items}["attention window mask"]
-    assert mask == sizes.positions**2
+    low = 2 if precision == "bf16" else 4
+    assert mask == sizes.positions**2 * (1 + low)
+
+
+def test_every_grad_carrying_call_shares_one_saved_mask() -> None:
+    """The mask the masked kernel saves for backward is the one built once, not a copy per
+    call (a boolean mask would be converted, and kept, once per attention call)."""
+    arch = attention_arch(attention_window=1, L_cycles=3)
+    model = TinyRecursiveModel(arch, SIDE * SIDE, VOCAB, NUM_IDS).train()
+    batch = grid_batch(2)
+    positions = PREFIX + SIDE * SIDE
+    square: set[int] = set()
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.dim() >= 2 and t.shape[-2:] == (positions, positions):
+            square.add(t.untyped_storage().data_ptr())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(model.initial_carry(batch), batch)
+    assert len(square) == 1
 
 
 def attrs_train():

@@ -206,8 +206,8 @@ class Attention(nn.Module):
     def forward(self, x: Tensor, cos_sin: CosSin | None = None, mask=None) -> Tensor:
         """x [B, S, hidden] -> [B, S, hidden]; cos_sin tables must cover S positions.
 
-        ``mask`` None is dense attention; a boolean [S, S] tensor (True: allowed) goes to
-        ``scaled_dot_product_attention``; a FlexAttention ``BlockMask`` to ``flex_attention``
+        ``mask`` None is dense attention; a [S, S] tensor (boolean, True: allowed, or
+        additive, in q's dtype) goes to ``scaled_dot_product_attention``; a FlexAttention ``BlockMask`` to ``flex_attention``
         (see :mod:`trm.model.window`).
         """
         batch, seq, hidden = x.shape

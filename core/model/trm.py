@@ -350,12 +350,13 @@ class TinyRecursiveModel(nn.Module):
 
     def attention_mask(self, device: torch.device):
         """The mask of this step's attention calls: None (dense) without a window, else the
-        window's BlockMask or boolean mask (:meth:`trm.model.window.WindowMasks.for_call`),
-        built once per device."""
+        window's BlockMask or additive mask (:meth:`trm.model.window.WindowMasks.for_call`),
+        built once per device and dtype."""
         if self.window_masks is None:
             return None
         compiled = getattr(self.net, "_compiled_call_impl", None) is not None
-        return self.window_masks.for_call(device, compiled)
+        dtype = self.autocast_dtype() or self.H_init.dtype
+        return self.window_masks.for_call(device, compiled, dtype)
 
     def autocast_dtype(self) -> torch.dtype | None:
         """The autocast dtype in effect on the model's device, or None without autocast."""

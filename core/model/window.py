@@ -6,9 +6,11 @@ The sequence is the puzzle prefix (``prefix_len`` tokens first) followed by a sq
 rows and ``k`` columns of it (``|dr| <= k`` and ``|dc| <= k``) and to every prefix token;
 a prefix token attends to everything. ``k = 0`` is dense attention (no mask at all).
 
-Two masks say the same thing: a boolean [P, P] matrix for
-``scaled_dot_product_attention`` (True: allowed), and a FlexAttention ``BlockMask`` whose
-blocks with no allowed pair are skipped. Both are built once per (positions, device) by
+Two masks say the same thing: an additive [P, P] matrix for
+``scaled_dot_product_attention`` (0 where allowed, -inf elsewhere, in the attention's dtype:
+a boolean mask would be converted to that on every call, and each grad-carrying call would
+keep its own copy for backward), and a FlexAttention ``BlockMask`` whose blocks with no
+allowed pair are skipped. Both are built once per (positions, device, dtype) by
 :class:`WindowMasks` and reused by every call.
 """
 
@@ -91,7 +93,7 @@ class WindowMasks:
         self.prefix_len = prefix_len
         self.side = side
         self.window = window
-        self._bool: dict[tuple[int, str], Tensor] = {}
+        self._additive: dict[tuple[int, str, torch.dtype], Tensor] = {}
         self._block: dict[tuple[int, str], object] = {}
 
     @property
@@ -102,11 +104,14 @@ class WindowMasks:
     def density(self) -> float:
         return window_density(self.prefix_len, self.side, self.window)
 
-    def bool_mask(self, device: torch.device) -> Tensor:
-        key = (self.positions, str(device))
-        if key not in self._bool:
-            self._bool[key] = window_bool_mask(self.prefix_len, self.side, self.window, device)
-        return self._bool[key]
+    def additive_mask(self, device: torch.device, dtype: torch.dtype) -> Tensor:
+        """0 where the window allows a pair, -inf elsewhere, [P, P] in ``dtype``."""
+        key = (self.positions, str(device), dtype)
+        if key not in self._additive:
+            allowed = window_bool_mask(self.prefix_len, self.side, self.window, device)
+            mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+            self._additive[key] = mask.masked_fill_(~allowed, float("-inf"))
+        return self._additive[key]
 
     def block_mask(self, device: torch.device):
         key = (self.positions, str(device))
@@ -114,16 +119,17 @@ class WindowMasks:
             self._block[key] = window_block_mask(self.prefix_len, self.side, self.window, device)
         return self._block[key]
 
-    def for_call(self, device: torch.device, compiled: bool):
+    def for_call(self, device: torch.device, compiled: bool, dtype: torch.dtype):
         """The mask this step's calls take: the BlockMask when the network is compiled and
         FlexAttention can run there (torch 2.13 has no FlexAttention backward on the CPU, so
-        a CPU step with gradients takes the boolean mask), else the boolean mask."""
+        a CPU step with gradients takes the other), else the additive mask in ``dtype`` (the
+        attention's: the autocast dtype, else float32)."""
         flex = compiled and flex_attention_available()
         if flex and device.type == "cpu" and torch.is_grad_enabled():
             flex = False
-        return self.block_mask(device) if flex else self.bool_mask(device)
+        return self.block_mask(device) if flex else self.additive_mask(device, dtype)
 
 
 def is_block_mask(mask: object) -> bool:
-    """Whether ``mask`` is a FlexAttention BlockMask (rather than a boolean tensor)."""
+    """Whether ``mask`` is a FlexAttention BlockMask (rather than a tensor)."""
     return BlockMask is not None and isinstance(mask, BlockMask)
