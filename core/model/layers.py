@@ -207,8 +207,8 @@ class Attention(nn.Module):
         """x [B, S, hidden] -> [B, S, hidden]; cos_sin tables must cover S positions.
 
         ``mask`` None is dense attention; a [S, S] tensor (boolean, True: allowed, or
-        additive, in q's dtype) goes to ``scaled_dot_product_attention``; a FlexAttention ``BlockMask`` to ``flex_attention``
-        (see :mod:`trm.model.window`).
+        additive, in q's dtype) goes to ``scaled_dot_product_attention``; a FlexAttention
+        ``BlockMask`` to ``flex_attention`` (see :mod:`trm.model.window`).
         """
         batch, seq, hidden = x.shape
         qkv = self.qkv(x).view(batch, seq, 3, self.num_heads, self.head_dim)
