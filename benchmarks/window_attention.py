@@ -114,7 +114,9 @@ def measure_speed(
     mask = model.attention_mask(torch.device(device))  # what a step with gradients takes
     kernel = "dense sdpa"
     if mask is not None:
-        kernel = "masked sdpa (boolean)" if isinstance(mask, torch.Tensor) else "flex_attention"
+        kernel = "flex_attention"
+        if isinstance(mask, torch.Tensor):
+            kernel = f"masked sdpa ({'additive' if mask.is_floating_point() else 'boolean'})"
     best = min(step_s)
     result = {
         "window": window,
