@@ -73,6 +73,8 @@ SET_CASES = [
     ("reader-unknown", "data.reader=fast", "data.reader"),
     ("prefetch-negative", "data.prefetch_steps=-1", "data.prefetch_steps"),
     ("source-unknown", "data.source=chess", "chess"),
+    ("window-without-attention", "arch.attention_window=1", "needs attention, but arch.mlp_t"),
+    ("window-negative", "arch.attention_window=-1", "attention_window: -1 is outside"),
 ]
 
 

@@ -95,6 +95,8 @@ def print_table(r: BenchResult) -> None:
     table.add_column("value", justify="right")
     table.add_row("samples/s (trm)", f"{r.samples_per_s:.3f}")
     table.add_row("model FLOPs per sample", f"{r.flops_per_sample / 1e9:.2f} G")
+    if r.attention_density < 1.0:
+        table.add_row("attention density", f"{r.attention_density:.1%} of query-key pairs")
     table.add_row("achieved", f"{r.achieved_gflops:.1f} GFLOP/s")
     table.add_row(f"matmul peak ({r.precision})", f"{r.peak_gflops:.1f} GFLOP/s")
     if r.mfu_datasheet is not None:

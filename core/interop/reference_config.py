@@ -314,6 +314,11 @@ def reference_config(
     weight decay 0). See :func:`needs_zero_table`.
     """
     a, t = spec.arch, spec.train
+    if a.attention_window > 0:
+        raise TrmError(
+            f"arch.attention_window = {a.attention_window}: the reference implementation has "
+            "dense attention only, so this run's network cannot be exported in its format"
+        )
     notes: list[str] = []
     arch: dict[str, Any] = {
         "name": ARCH_NAME,

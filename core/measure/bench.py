@@ -127,6 +127,9 @@ class BenchResult:
     mfu_datasheet_basis: str | None = None
     headline_mfu: float | None = None
     headline_mfu_basis: str | None = None
+    # the fraction of query-key pairs attention computes (arch.attention_window; 1.0 dense),
+    # which the FLOPs per sample already count
+    attention_density: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -528,6 +531,7 @@ def run_bench(
         mfu_datasheet_basis=sheet.describe() if sheet else None,
         headline_mfu=mfu_sheet if sheet else achieved / peak.gflops,
         headline_mfu_basis=sheet.describe() if sheet else mfu_basis,
+        attention_density=flops.attention_density,
     )
 
 

@@ -8,7 +8,9 @@ sequence) and hidden size D:
 - one call of the network ``net``: for every matrix of every layer, 2 × in × out × rows,
   where rows is P for maps along the hidden axis (attention's qkv and o, the SwiGLU) and D
   for the MLP across positions (``mlp_t``, a map along the position axis); with attention
-  also the scores and the weighted sum, 2 × P² × D each;
+  also the scores and the weighted sum, 2 × P² × D each, times the attention mask's density
+  (the fraction of query-key pairs a local window, ``arch.attention_window``, allows: a
+  kernel that skips the masked pairs needs only those; 1 for dense attention);
 - forward: H_cycles × (L_cycles + 1) network calls, plus the heads (the LM head on the
   seq_len answer positions, the Q head on one position) and the token embedding counted as
   a one-hot product, 2 × vocab × D per token; the puzzle-embedding lookup copies a row and
@@ -24,6 +26,7 @@ from attrs import frozen
 
 from trm.model.layers import swiglu_inner_width
 from trm.model.trm import puzzle_prefix_len
+from trm.model.window import grid_side, window_pairs
 from trm.spec import ArchSpec
 
 # Networks at least this wide spend most of a step in matrix products: there bf16 autocast
@@ -46,6 +49,7 @@ class ModelFlops:
     recursions: int  # passes through the recursion: 1, or 2 with the bootstrapped Q target
     net_calls: int  # network calls in one pass: H_cycles × (L_cycles + 1)
     grad_net_calls: int  # of which carry gradient (backward = 2 × their forward)
+    attention_density: float = 1.0  # fraction of query-key pairs attention computes
 
     @property
     def forward_net_calls(self) -> int:
@@ -70,6 +74,24 @@ def _swiglu_flops(width: int, expansion: float, rows: int) -> int:
     return 2 * rows * (width * 2 * inner + inner * width)
 
 
+def attention_pairs(arch: ArchSpec, seq_len: int) -> int:
+    """Query-key pairs one attention call computes for one sample: all P² for dense
+    attention, the window's allowed pairs with ``arch.attention_window`` (a sequence that is
+    no square grid counts dense; the model refuses it)."""
+    prefix = puzzle_prefix_len(arch)
+    positions = prefix + seq_len
+    side = grid_side(seq_len)
+    if arch.attention_window <= 0 or side is None:
+        return positions * positions
+    return window_pairs(prefix, side, arch.attention_window)
+
+
+def attention_density(arch: ArchSpec, seq_len: int) -> float:
+    """The fraction of the P² query-key pairs attention computes (1.0 dense)."""
+    positions = puzzle_prefix_len(arch) + seq_len
+    return attention_pairs(arch, seq_len) / (positions * positions)
+
+
 def net_call_flops(arch: ArchSpec, seq_len: int) -> int:
     """Forward FLOPs of one call of the network on one sample of ``seq_len`` cells."""
     positions = puzzle_prefix_len(arch) + seq_len
@@ -79,7 +101,8 @@ def net_call_flops(arch: ArchSpec, seq_len: int) -> int:
         per_layer += _swiglu_flops(positions, arch.expansion, hidden)
     else:
         per_layer += 2 * positions * (hidden * 3 * hidden + hidden * hidden)  # qkv, o
-        per_layer += 2 * 2 * positions * positions * hidden  # scores and weighted sum
+        pairs = attention_pairs(arch, seq_len)
+        per_layer += 2 * 2 * pairs * hidden  # scores and weighted sum over the allowed pairs
     return arch.L_layers * per_layer
 
 
@@ -96,4 +119,5 @@ def model_flops(arch: ArchSpec, seq_len: int, vocab_size: int) -> ModelFlops:
         recursions=2 if bootstrapped else 1,
         net_calls=arch.H_cycles * (arch.L_cycles + 1),
         grad_net_calls=arch.L_cycles + 1,
+        attention_density=1.0 if arch.mlp_t else attention_density(arch, seq_len),
     )

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .window import flex_attention, is_block_mask
+
 CosSin = tuple[Tensor, Tensor]
 
 _TRUNC_BOUND = 2.0  # truncate at ±2 standard deviations of the underlying normal
@@ -201,15 +203,24 @@ class Attention(nn.Module):
         self.qkv = Linear(hidden, 3 * hidden)
         self.o = Linear(hidden, hidden)
 
-    def forward(self, x: Tensor, cos_sin: CosSin | None = None) -> Tensor:
-        """x [B, S, hidden] -> [B, S, hidden]; cos_sin tables must cover S positions."""
+    def forward(self, x: Tensor, cos_sin: CosSin | None = None, mask=None) -> Tensor:
+        """x [B, S, hidden] -> [B, S, hidden]; cos_sin tables must cover S positions.
+
+        ``mask`` None is dense attention; a [S, S] tensor (boolean, True: allowed, or
+        additive, in q's dtype) goes to ``scaled_dot_product_attention``; a FlexAttention
+        ``BlockMask`` to ``flex_attention`` (see :mod:`trm.model.window`).
+        """
         batch, seq, hidden = x.shape
         qkv = self.qkv(x).view(batch, seq, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.unbind(dim=2)
         if cos_sin is not None:
             cos, sin = cos_sin
             q, k = apply_rotary(q, k, cos[:seq], sin[:seq])
-        out = F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=False
-        )
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if mask is None:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=False)
+        elif is_block_mask(mask):
+            out = flex_attention(q, k, v, block_mask=mask)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o(out.transpose(1, 2).reshape(batch, seq, hidden))

@@ -25,6 +25,7 @@ from torch.func import functional_call
 from torch.utils.checkpoint import checkpoint
 
 from ..spec import ArchSpec
+from ..spec.checks import check_attention_window
 from .layers import (
     Attention,
     CosSin,
@@ -36,6 +37,7 @@ from .layers import (
     trunc_normal_,
 )
 from .sparse_embedding import SparsePuzzleEmbedding
+from .window import WindowMasks
 
 IGNORE_LABEL_ID = -100
 DATA_KEYS = ("inputs", "labels", "puzzle_identifiers")
@@ -137,7 +139,7 @@ class TRMBlock(nn.Module):
             self.self_attn = Attention(arch.hidden_size, arch.num_heads)
         self.mlp = SwiGLU(arch.hidden_size, arch.expansion)
 
-    def forward(self, x: Tensor, cos_sin: CosSin | None = None) -> Tensor:
+    def forward(self, x: Tensor, cos_sin: CosSin | None = None, mask=None) -> Tensor:
         if self.mixes_with_mlp and self.position_major:
             mixed = self.mlp_t.forward_leading(x.reshape(x.shape[0], -1)).view(x.shape)
             x = rms_norm(x + mixed, self.eps, dim=0)  # normalised across positions
@@ -145,7 +147,7 @@ class TRMBlock(nn.Module):
             xt = x.transpose(1, 2)
             x = rms_norm(xt + self.mlp_t(xt), self.eps).transpose(1, 2)
         else:
-            x = rms_norm(x + self.self_attn(x, cos_sin), self.eps)
+            x = rms_norm(x + self.self_attn(x, cos_sin, mask), self.eps)
         return rms_norm(x + self.mlp(x), self.eps)
 
 
@@ -162,10 +164,12 @@ class RecursiveNet(nn.Module):
             TRMBlock(arch, num_positions, position_major) for _ in range(arch.L_layers)
         )
 
-    def forward(self, h: Tensor, injection: Tensor, cos_sin: CosSin | None = None) -> Tensor:
+    def forward(
+        self, h: Tensor, injection: Tensor, cos_sin: CosSin | None = None, mask=None
+    ) -> Tensor:
         h = h + injection
         for layer in self.layers:
-            h = layer(h, cos_sin)
+            h = layer(h, cos_sin, mask)
         return h
 
 
@@ -175,8 +179,8 @@ def recomputed_in_backward(net: Callable[..., Tensor]) -> Callable[..., Tensor]:
     torch.compile, autocast and the outer ``no_grad`` of the other cycles; the RNG state is
     restored for the rerun, so a dropout would draw the same)."""
 
-    def call(h: Tensor, injection: Tensor, cos_sin: CosSin | None) -> Tensor:
-        return checkpoint(net, h, injection, cos_sin, use_reentrant=False)
+    def call(h: Tensor, injection: Tensor, cos_sin: CosSin | None, mask=None) -> Tensor:
+        return checkpoint(net, h, injection, cos_sin, mask, use_reentrant=False)
 
     return call
 
@@ -239,6 +243,10 @@ class TinyRecursiveModel(nn.Module):
         if position_major and not arch.mlp_t:
             raise ValueError("position_major needs the MLP variant (arch.mlp_t = true)")
         self.net = RecursiveNet(arch, self.num_positions, position_major)
+        self.window_masks: WindowMasks | None = None
+        if arch.attention_window > 0:
+            side = check_attention_window(arch, seq_len)
+            self.window_masks = WindowMasks(self.puzzle_emb_len, side, arch.attention_window)
         self.register_buffer("H_init", trunc_normal_(torch.empty(hidden), std=1.0))
         self.register_buffer("L_init", trunc_normal_(torch.empty(hidden), std=1.0))
 
@@ -340,6 +348,16 @@ class TinyRecursiveModel(nn.Module):
     def cos_sin(self) -> CosSin | None:
         return None if self.rotary_emb is None else self.rotary_emb()
 
+    def attention_mask(self, device: torch.device):
+        """The mask of this step's attention calls: None (dense) without a window, else the
+        window's BlockMask or additive mask (:meth:`trm.model.window.WindowMasks.for_call`),
+        built once per device and dtype."""
+        if self.window_masks is None:
+            return None
+        compiled = getattr(self.net, "_compiled_call_impl", None) is not None
+        dtype = self.autocast_dtype() or self.H_init.dtype
+        return self.window_masks.for_call(device, compiled, dtype)
+
     def autocast_dtype(self) -> torch.dtype | None:
         """The autocast dtype in effect on the model's device, or None without autocast."""
         device_type = self.H_init.device.type
@@ -361,8 +379,8 @@ class TinyRecursiveModel(nn.Module):
             return self.net
         weights = {name: p.to(dtype) for name, p in self.net.named_parameters()}
 
-        def call(h: Tensor, injection: Tensor, cos_sin: CosSin | None) -> Tensor:
-            return functional_call(self.net, weights, (h, injection, cos_sin))
+        def call(h: Tensor, injection: Tensor, cos_sin: CosSin | None, mask=None) -> Tensor:
+            return functional_call(self.net, weights, (h, injection, cos_sin, mask))
 
         return call
 
@@ -376,6 +394,7 @@ class TinyRecursiveModel(nn.Module):
         The depth is the one in force (:meth:`set_recursion`; the spec's by default).
         """
         cos_sin = self.cos_sin()
+        mask = self.attention_mask(data["inputs"].device)
         x = self.input_embeddings(data["inputs"], data["puzzle_identifiers"])
         H_cycles, L_cycles = self.H_cycles, self.L_cycles
         position_major = self.net.position_major
@@ -390,14 +409,14 @@ class TinyRecursiveModel(nn.Module):
         with torch.no_grad():
             for _ in range(H_cycles - 1):
                 for _ in range(L_cycles):
-                    z_L = net(z_L, z_H + x, cos_sin)
-                z_H = net(z_H, z_L, cos_sin)
+                    z_L = net(z_L, z_H + x, cos_sin, mask)
+                z_H = net(z_H, z_L, cos_sin, mask)
         grad_net = net
         if self.activation_checkpointing and torch.is_grad_enabled():
             grad_net = recomputed_in_backward(net)
         for _ in range(L_cycles):
-            z_L = grad_net(z_L, z_H + x, cos_sin)
-        z_H = grad_net(z_H, z_L, cos_sin)
+            z_L = grad_net(z_L, z_H + x, cos_sin, mask)
+        z_H = grad_net(z_H, z_L, cos_sin, mask)
         if position_major:
             logits = self.lm_head(z_H[self.puzzle_emb_len :]).transpose(0, 1)
             q = self.q_head(z_H[0]).float()

@@ -17,6 +17,7 @@ from trm.spec.schema import (
     POS_ENCODINGS,
     PRECISIONS,
     READERS,
+    ArchSpec,
     RunSpec,
 )
 from trm.spec.strict import value_words
@@ -46,6 +47,7 @@ def _ranges(spec: RunSpec) -> list[tuple[str, float, float, float, bool]]:
         ("arch.halt_exploration_prob", a.halt_exploration_prob, 0, 1, True),
         ("arch.rms_norm_eps", a.rms_norm_eps, 0, 1, False),
         ("arch.rope_theta", a.rope_theta, 0, 1e12, False),
+        ("arch.attention_window", a.attention_window, 0, 1024, True),
         ("train.global_batch_size", t.global_batch_size, 1, 2**24, True),
         ("train.max_steps", t.max_steps, 0, big, True),
         ("train.time_budget_s", t.time_budget_s, 0, 1e7, True),
@@ -155,6 +157,12 @@ def validate(spec: RunSpec, where: str) -> None:
     need(a.pos_encodings in POS_ENCODINGS, "arch.pos_encodings", f"must be one of {POS_ENCODINGS}")
     need(a.loss in LOSSES, "arch.loss", f"must be one of {LOSSES}")
     need(
+        not (a.mlp_t and a.attention_window > 0),
+        "arch.attention_window",
+        f"{a.attention_window} needs attention, but arch.mlp_t = true mixes positions with an "
+        "MLP: set arch.mlp_t = false or arch.attention_window = 0",
+    )
+    need(
         a.puzzle_emb_ndim <= max(a.puzzle_emb_len, 1) * a.hidden_size,
         "arch.puzzle_emb_ndim",
         "must fit in puzzle_emb_len tokens of hidden_size",
@@ -197,3 +205,22 @@ def validate(spec: RunSpec, where: str) -> None:
     )
     if problems:
         raise TrmError(f"{where}: " + "; ".join(problems))
+
+
+def check_attention_window(arch: ArchSpec, seq_len: int) -> int:
+    """The grid side the window of ``arch.attention_window`` runs over, for a task of
+    ``seq_len`` cells; TrmError when the architecture has no attention or the cells are not a
+    square grid."""
+    window = arch.attention_window
+    if arch.mlp_t:
+        raise TrmError(
+            f"arch.attention_window = {window} needs attention, but arch.mlp_t = true mixes "
+            "positions with an MLP: set arch.mlp_t = false or arch.attention_window = 0"
+        )
+    side = math.isqrt(seq_len)
+    if side * side != seq_len or side == 0:
+        raise TrmError(
+            f"arch.attention_window = {window} needs a square grid, but the data's sequence "
+            f"has {seq_len} cells (not side x side): set arch.attention_window = 0"
+        )
+    return side

@@ -47,6 +47,9 @@ class ArchSpec:
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     loss: str = "stablemax"
+    # local 2-D attention window: a grid cell attends to the cells within this many rows and
+    # columns of it and to the puzzle prefix; 0 is dense attention (trm.model.window)
+    attention_window: int = 0
 
 
 @frozen

@@ -10,7 +10,9 @@ backward of the last micro-batch in a step after the first (optimizer states exi
                 buffers, the global carry (z_H, z_L) and the step's batch, data-loader arrays
     activations what the L_cycles + 1 grad-carrying calls keep (per block: the input of the
                 first product, the fused projection, SiLU and product outputs, the residual
-                sum the RMS norm keeps; attention adds q/k/v, output and log-sum-exp)
+                sum the RMS norm keeps; attention adds q/k/v, output and log-sum-exp: its
+                fused kernels keep no P x P scores, so a local window
+                (``arch.attention_window``) adds only its P x P masks, built once)
     transient   the new carry rows, head and loss buffers (the float64 stable-max), the
                 gradient buffers of the first block backward reaches; the no-grad cycles'
                 working set where it is larger
@@ -605,6 +607,19 @@ def persistent_items(step: StepPlan) -> list[MemoryItem]:
                 "autocast weight copies",
                 low * (s.net_params + s.other_params),
                 f"{precision} copies of the weights, made once per supervision step",
+            )
+        )
+    if step.arch.attention_window > 0 and not step.arch.mlp_t:
+        p = s.positions
+        items.append(
+            _item(
+                "attention window mask",
+                p * p * (1 + low),
+                where,
+                f"the [{p}, {p}] mask of arch.attention_window = {step.arch.attention_window}: "
+                f"boolean, and additive in {precision} for scaled_dot_product_attention, built "
+                "once and shared by every call (the fused attention kernels keep no scores or "
+                "probabilities, dense or windowed, so the window changes no activation's size)",
             )
         )
     whose = f"all {step.global_batch} rows of the global batch"
