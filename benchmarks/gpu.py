@@ -30,7 +30,7 @@ on Linux). Every stage runs ``trm`` (or torchrun) as a subprocess, so it tests w
    and end with both ranks' weights equal.
 
 Estimated time on one H100 (:data:`STAGE_ESTIMATE_S`, compilation included; the dry run
-prints them): about 8 minutes with ``--peers`` and one GPU, inside a 9-minute lease. The
+prints them): about 9 minutes with ``--peers`` and one GPU, as measured on an H100. The
 peer stages run last but the torchrun one, each stopped at :data:`PEERS_TIMEOUT_S`.
 
 It writes ``gpu-acceptance.json`` (one document) and ``gpu-acceptance.md`` (its tables, for
@@ -61,15 +61,17 @@ STAGE_TIMEOUT_S = 3600
 BENCHMARKS = Path(__file__).resolve().parent
 PEER_SHAPES = ("sudoku-extreme-mlp", "maze-hard-att", "quickstart")
 PEERS_TIMEOUT_S = 120
-# Estimated seconds of each stage on one H100, compilation included (the 9-minute budget):
-# the quickstart's 800 steps with its evaluations; a bench's GEMM peaks, plain loop and
-# compiled loop; a peer shape's data, two compiles (trm, official) and 3 x 5 windows.
+# Seconds of each stage on one H100, compilation included, as measured on 2026-11-27
+# (benchmarks/results/gpu-acceptance-h100.json; environment and memory estimate not timed
+# apart): the quickstart's 800 steps with its evaluations 53 s; the three benches 50 s each;
+# a peer shape (its data, two compiles, 3 x 5 windows) 101 s for the Sudoku MLP, about 110 s
+# for the 900-token shape; the quickstart's peer shape was not reached.
 STAGE_ESTIMATE_S = {
     "environment": 10,
-    "quickstart": 100,
+    "quickstart": 55,
     "memory estimate": 10,
     "bench": 50,
-    "peers": 80,
+    "peers": 105,
     "torchrun": 120,
 }
 
@@ -527,7 +529,11 @@ def acceptance(args: argparse.Namespace, found: dict[str, Any]) -> dict[str, Any
     false until the last), so a run stopped part-way keeps the stages it finished."""
     out = args.out
     stages = [environment_stage(found)]
+    from provenance import provenance
+
+    started = time.perf_counter()
     document = {
+        "provenance": provenance(),
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "environment": found,
         "stages": stages,
@@ -537,6 +543,8 @@ def acceptance(args: argparse.Namespace, found: dict[str, Any]) -> dict[str, Any
 
     def record(*done: dict[str, Any]) -> None:
         stages.extend(done)
+        for stage in stages:  # when each stage ended, from the start of the run
+            stage.setdefault("finished_after_s", round(time.perf_counter() - started, 1))
         document["ok"] = all(stage["ok"] for stage in stages)
         write_document(out, document)
 

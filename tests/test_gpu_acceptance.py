@@ -180,6 +180,19 @@ def test_a_finished_run_marks_its_document_complete(gpu, tmp_path, monkeypatch):
     assert len(saved["stages"]) == 3
 
 
+def test_the_document_carries_its_provenance_and_when_each_stage_ended(gpu, tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu, "quickstart_stage", lambda out: tuple(CANNED["stages"][1:3]))
+    args = gpu.argparse.Namespace(
+        out=tmp_path, skip_bench=True, skip_torchrun=True, bench_steps=5, bench_batch=None
+    )
+    gpu.acceptance(args, {**CANNED["environment"], "cuda_available": True, "bf16": True})
+    saved = json.loads((tmp_path / "gpu-acceptance.json").read_text())
+    assert saved["provenance"]["command"].startswith("python ")
+    assert len(saved["provenance"]["commit"].split("-")[0]) == 40
+    ended = [stage["finished_after_s"] for stage in saved["stages"]]
+    assert ended == sorted(ended) and all(t >= 0 for t in ended)
+
+
 def test_with_peers_the_dry_run_adds_the_three_shapes_and_fits_nine_minutes(tmp_path):
     reference = tmp_path / "TinyRecursiveModels"
     reference.mkdir()
