@@ -2,7 +2,8 @@
 compiled bf16, alternated A B C D A B C D in one invocation (each a fresh `trm bench` process).
 
 Usage: python benchmarks/small_net_speed.py --spec sudoku9-laptop [--depths "1,1;1,2;2,3"]
-[--rounds 2] [--steps 20] [--warmup 3] [--threads 2] [--batch 128] [--variants "eager fp32,eager bf16"] [--clock wall|cpu] [--out FILE]
+[--rounds 2] [--steps 20] [--warmup 3] [--threads 2] [--batch 128]
+[--variants "eager fp32,eager bf16"] [--clock wall|cpu] [--out FILE]
 
 For each depth (H_cycles, L_cycles) and round, runs the four variants in turn and records the
 timed seconds per step and the warm-up seconds (wall, or with --clock cpu the process's CPU
@@ -44,12 +45,12 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def bench_once(spec: str, h: int, l: int, precision: str, compile_: str, a: Any) -> dict:
+def bench_once(spec: str, h: int, lc: int, precision: str, compile_: str, a: Any) -> dict:
     launcher = ["-m", "trm"] if a.clock == "wall" else ["-c", CPU_CLOCK_LAUNCHER]
     cmd = [
         sys.executable, *launcher, "bench", spec, "--json", "--no-plain",
         "--steps", str(a.steps), "--warmup", str(a.warmup), "--batch", str(a.batch),
-        "--set", f"arch.H_cycles={h}", "--set", f"arch.L_cycles={l}",
+        "--set", f"arch.H_cycles={h}", "--set", f"arch.L_cycles={lc}",
         "--set", f"runtime.precision={precision}", "--set", f"runtime.compile={compile_}",
         "--set", f"runtime.threads={a.threads}", "--plugins", "no:curriculum",
     ]  # fmt: skip
@@ -84,19 +85,19 @@ def main() -> int:
     load_before = uptime()
     rows = []
     for depth in a.depths.split(";"):
-        h, l = (int(x) for x in depth.split(","))
+        h, lc = (int(x) for x in depth.split(","))
         for r in range(a.rounds):
             for name, precision, compile_ in VARIANTS:
                 if a.variants and name not in a.variants.split(","):
                     continue
-                row = {"depth": [h, l], "round": r, "variant": name}
-                row.update(bench_once(a.spec, h, l, precision, compile_, a))
+                row = {"depth": [h, lc], "round": r, "variant": name}
+                row.update(bench_once(a.spec, h, lc, precision, compile_, a))
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
     doc = {
         "what": f"seconds per training step of {a.spec}, four precision/compile variants, "
         "alternated in one invocation",
-        "command": " ".join(["python"] + sys.argv),
+        "command": " ".join(["python", *sys.argv]),
         "provenance": provenance(),
         "load_before": load_before,
         "load_after": uptime(),
