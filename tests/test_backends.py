@@ -72,22 +72,30 @@ def test_compiling_keeps_state_dict_keys_and_is_idempotent() -> None:
 
 
 @pytest.mark.parametrize(
-    ("setting", "native", "large", "expected"),
+    ("setting", "native", "expected"),
     [
-        ("auto", True, True, "bf16"),
-        ("auto", False, True, "fp32"),
-        ("auto", True, False, "fp32"),
-        ("auto", None, True, "fp32"),
-        ("fp16", True, True, "bf16"),
-        ("fp32", True, True, "fp32"),
-        ("bf16", False, True, "bf16"),
+        ("auto", True, "bf16"),
+        ("auto", False, "fp32"),
+        ("auto", None, "fp32"),
+        ("fp16", True, "bf16"),
+        ("fp32", True, "fp32"),
+        ("bf16", False, "bf16"),
     ],
 )
-def test_cpu_precision_choice(setting, native, large, expected) -> None:
-    precision, notes = cpu.choose_cpu_precision(setting, native, large)
+def test_cpu_precision_choice(setting, native, expected) -> None:
+    precision, notes = cpu.choose_cpu_precision(setting, native)
     assert precision == expected
     if setting == "bf16" and not native:
         assert any("emulated" in n for n in notes)
+
+
+def test_cpu_auto_precision_is_bf16_for_a_small_network_where_bf16_is_native(monkeypatch) -> None:
+    monkeypatch.setattr(cpu.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    native = HardwareProfile(physical_cores=1, logical_cores=2, cpu_native_bf16=True)
+    plain = HardwareProfile(physical_cores=1, logical_cores=2, cpu_native_bf16=False)
+    assert cpu.configure_cpu(spec_with(SMALL), native).precision == "bf16"
+    assert cpu.configure_cpu(spec_with(SMALL), plain).precision == "fp32"
+    assert cpu.configure_cpu(spec_with(SMALL, precision="fp32"), native).precision == "fp32"
 
 
 def test_cpu_backend_uses_physical_cores_and_answers_only_for_cpu(monkeypatch) -> None:
@@ -99,7 +107,7 @@ def test_cpu_backend_uses_physical_cores_and_answers_only_for_cpu(monkeypatch) -
     assert choice.device == "cpu" and choice.threads == 1 and torch.get_num_threads() == 1
     assert choice.precision == "bf16" and choice.compile
     small = cpu.configure_cpu(spec_with(SMALL), hardware)
-    assert small.precision == "fp32" and not small.compile
+    assert small.precision == "bf16" and not small.compile
     assert cpu.configure_cpu(spec_with(device="cuda"), hardware) is None
     assert cpu.configure_cpu(spec_with(threads=2), hardware).threads == 2
 

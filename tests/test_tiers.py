@@ -122,6 +122,13 @@ def test_bf16_chosen_only_where_native_and_only_for_auto():
     assert tiers.adapt(fixed, native, make(fixed), "balanced")[0].runtime.precision == "fp32"
 
 
+def test_bf16_chosen_for_a_small_network_on_a_native_bf16_host():
+    make = linear_estimate(8 * GIB, 2**20, 0)
+    small = attrs.evolve(spec_with(8, hidden=64), runtime=RuntimeSpec(precision="auto", threads=1))
+    native = HardwareProfile(cpu_native_bf16=True)
+    assert tiers.adapt(small, native, make(small), "balanced")[0].runtime.precision == "bf16"
+
+
 def test_an_explicit_micro_batch_that_fits_is_kept():
     make = linear_estimate(8 * GIB, 2**20, 0)
     spec = attrs.evolve(

@@ -29,8 +29,8 @@ from trm.model.trm import puzzle_prefix_len
 from trm.model.window import grid_side, window_pairs
 from trm.spec import ArchSpec
 
-# Networks at least this wide spend most of a step in matrix products: there bf16 autocast
-# and torch.compile pay for themselves; narrower ones are bound by per-op overhead instead.
+# Networks at least this wide spend most of a step in matrix products: there torch.compile
+# pays for itself by default; for narrower ones its compile time is what decides.
 MATMUL_BOUND_MIN_HIDDEN = 256
 
 

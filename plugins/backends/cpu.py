@@ -53,19 +53,18 @@ def _usable_cores(hardware: HardwareProfile) -> int:
     return max(1, min(cores, affinity or cores))
 
 
-def choose_cpu_precision(
-    setting: str, native_bf16: bool | None, large_network: bool = True
-) -> tuple[str, list[str]]:
+def choose_cpu_precision(setting: str, native_bf16: bool | None) -> tuple[str, list[str]]:
     """``runtime.precision`` on a CPU: (precision, notices).
 
-    ``auto`` is bf16 autocast where the CPU multiplies bf16 natively (AVX-512 BF16, AMX) and
-    the network is large enough for its products to set the step time, else fp32. fp16
-    becomes bf16 (CPUs have no fast fp16 products); explicit bf16 on a CPU without native
+    ``auto`` is bf16 autocast where the CPU multiplies bf16 natively (AVX-512 BF16, AMX), at
+    every network width, else fp32: small networks gain too, as their step is memory traffic
+    over large activations that bf16 halves (benchmarks/results/small-net-speed-epyc-zen5.json).
+    fp16 becomes bf16 (CPUs have no fast fp16 products); explicit bf16 on a CPU without native
     bf16 is kept, with a warning that it is emulated.
     """
     notes: list[str] = []
     if setting == "auto":
-        return ("bf16" if native_bf16 and large_network else "fp32"), notes
+        return ("bf16" if native_bf16 else "fp32"), notes
     if setting == "fp16":
         notes.append("fp16 is slow on CPUs; using bf16 autocast instead")
         setting = "bf16"
@@ -103,8 +102,8 @@ def configure_cpu(
     """The CPU answers for ``auto`` (when no accelerator plugin did) and ``cpu``.
 
     Threads: :func:`choose_threads` (``start`` is the machine's reading). Precision: see
-    :func:`choose_cpu_precision`. Compilation: :func:`trm.device.compile.choose_compile`. Both
-    ``auto`` choices depend on :func:`trm.measure.flops.matmul_bound`. Host memory: freed blocks are
+    :func:`choose_cpu_precision`. Compilation: :func:`trm.device.compile.choose_compile`, whose
+    ``auto`` depends on :func:`trm.measure.flops.matmul_bound`. Host memory: freed blocks are
     kept for reuse where :mod:`trm.device.host_memory` can tune the C library (glibc on Linux),
     unless ``runtime.host_memory`` is ``system``.
     """
@@ -120,9 +119,7 @@ def configure_cpu(
     threads, notes = choose_threads(runtime.threads, _usable_cores(hardware), start)
     torch.set_num_threads(threads)
     large = matmul_bound(spec.arch)
-    precision, precision_notes = choose_cpu_precision(
-        runtime.precision, hardware.cpu_native_bf16, large
-    )
+    precision, precision_notes = choose_cpu_precision(runtime.precision, hardware.cpu_native_bf16)
     notes += precision_notes
     compile_on, compile_note = choose_compile(runtime.compile, CPU, large)
     if compile_note:

@@ -47,7 +47,7 @@ from trm import hookimpl
 from trm.control import accumulation_steps
 from trm.device.distributed import env_world
 from trm.hardware import HardwareProfile, format_bytes
-from trm.measure.flops import matmul_bound, model_flops
+from trm.measure.flops import model_flops
 from trm.memory import MODE_TARGETS, MemoryEstimate
 from trm.spec import Change, RunSpec
 
@@ -253,14 +253,9 @@ def adapt(
             changes.append(Change(key, old, value, reason))
             spec = _set(spec, key, value)
 
-    # On a CPU, bf16 pays only when matrix products set the step time
-    # (trm.measure.flops.matmul_bound); for small networks its per-call overhead makes a
-    # step several times slower than fp32.
-    if (
-        spec.runtime.precision == "auto"
-        and native_bf16(hardware, estimate)
-        and (where != "host" or matmul_bound(spec.arch))
-    ):
+    # bf16 wherever the device multiplies it natively, small networks on a CPU included
+    # (trm.plugins.backends.cpu.choose_cpu_precision says why).
+    if spec.runtime.precision == "auto" and native_bf16(hardware, estimate):
         change("runtime.precision", "bf16", "the device multiplies bf16 natively")
     if mode == "extreme" and where == "host" and spec.runtime.host_memory == "auto":
         change(
