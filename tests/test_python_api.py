@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import inspect
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -278,10 +279,15 @@ def test_estimate_is_the_document_trm_estimate_json_prints(cli):
         "budget_location",
         "target_fraction",
         "mode",
-        "reader",
         "changes",
     ):
         assert document[key] == from_cli[key], key
+    # the reader's reason quotes the budget, measured anew: compare it without the figures
+    reader = [
+        {**d["reader"], "reason": re.sub(r"[0-9.]+", "N", d["reader"]["reason"])}
+        for d in (document, from_cli)
+    ]
+    assert reader[0] == reader[1]
     assert (
         document["activation_checkpointing"].keys() == from_cli["activation_checkpointing"].keys()
     )
