@@ -48,20 +48,10 @@ from trm.metrics_log import Journal, MetricsLog
 from trm.plugin_manager import TrmPluginManager
 from trm.report.detect import detect
 from trm.report.runs import read_metrics
+from trm.report.summary import per_task_figures
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.state import TrainState, weights_sha256
-
-
-def per_task_figures(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A mix's evaluation result by task: ``{TASK: {"exact_accuracy": …, …}}`` from its
-    ``NAME/TASK`` figures (empty for one dataset)."""
-    tasks: dict[str, dict[str, Any]] = {}
-    for key, value in result.items():
-        name, slash, task = key.partition("/")
-        if slash:
-            tasks.setdefault(task, {})[name] = value
-    return tasks
 
 
 class Stopwatch:

@@ -99,14 +99,7 @@ def open_data(
     if layout is not None:
         return _open_mix(spec, pm, layout, reader, evaluation)
     sampler = TrainSampler(train, spec.train.global_batch_size, spec.train.seed)
-    shape = DatasetShape(
-        seq_len=int(meta.seq_len),
-        vocab_size=int(meta.vocab_size),
-        num_puzzle_identifiers=int(meta.num_puzzle_identifiers),
-        total_puzzles=max(int(meta.total_puzzles), 0),
-        total_groups=int(train.num_groups),
-        epoch_rows=sampler.epoch_rows,
-    )
+    shape = shape_of(meta, train.num_groups, sampler.epoch_rows)
     source = find_data_source(pm, spec.data.source)
     task_metrics = getattr(source, "task_metrics", None)
     attempts = plan_attempts(
@@ -116,6 +109,19 @@ def open_data(
         source, data_dir, spec.data.eval_split, spec.train.eval_pool, attempts
     )
     return RunData(reader, sampler, evaluation, shape, task_metrics, scoring)
+
+
+def shape_of(meta: Any, groups: int, epoch_rows: int) -> DatasetShape:
+    """The dataset shape of a training split's metadata ``meta``, its ``groups`` and the
+    sampler's ``epoch_rows``."""
+    return DatasetShape(
+        seq_len=int(meta.seq_len),
+        vocab_size=int(meta.vocab_size),
+        num_puzzle_identifiers=int(meta.num_puzzle_identifiers),
+        total_puzzles=max(int(meta.total_puzzles), 0),
+        total_groups=int(groups),
+        epoch_rows=epoch_rows,
+    )
 
 
 def _open_mix(
@@ -132,14 +138,7 @@ def _open_mix(
     weights = np.array([entry.weight for entry in spec.data.mix] or [1.0] * len(layout.tasks))
     sampler = MixSampler(train, weights, spec.train.global_batch_size, spec.train.seed)
     meta = train.split.metadata
-    shape = DatasetShape(
-        seq_len=int(meta.seq_len),
-        vocab_size=int(meta.vocab_size),
-        num_puzzle_identifiers=int(meta.num_puzzle_identifiers),
-        total_puzzles=max(int(meta.total_puzzles), 0),
-        total_groups=int(train.num_groups),
-        epoch_rows=sampler.epoch_rows,
-    )
+    shape = shape_of(meta, train.num_groups, sampler.epoch_rows)
     own = {
         t.name: getattr(find_data_source(pm, t.source), "task_metrics", None) for t in layout.tasks
     }

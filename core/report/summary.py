@@ -50,9 +50,9 @@ def _final_retried(evals: list[dict[str, Any]]) -> dict[str, Any]:
     return {"eval_attempts": None, "final_retried_exact_accuracy": None}
 
 
-def _tasks(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A mix's last evaluation by task (``exact_accuracy/TASK`` → ``{TASK:
-    {"exact_accuracy": …}}``); empty for a run of one dataset."""
+def per_task_figures(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A mix's evaluation result by task: ``{TASK: {"exact_accuracy": …, …}}`` from its
+    ``NAME/TASK`` figures (empty for a run of one dataset)."""
     tasks: dict[str, dict[str, Any]] = {}
     for key, value in result.items():
         name, slash, task = key.partition("/")
@@ -82,7 +82,7 @@ def run_summary(run: Run) -> dict[str, Any]:
         "stopped": summary.get("stopped"),
         "final_exact_accuracy": exact[-1] if exact else None,
         **_final_retried(run.evals),
-        "tasks": _tasks(run.evals[-1] if run.evals else {}),
+        "tasks": per_task_figures(run.evals[-1] if run.evals else {}),
         "best_exact_accuracy": _best(exact),
         "best_step": best_step,
         "final_cell_accuracy": cells[-1] if cells else None,
