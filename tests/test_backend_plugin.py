@@ -19,6 +19,8 @@ from typing import ClassVar
 
 import pytest
 
+from tests.out_of_tree import pip_install_target
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tests" / "fixtures" / "trm_cpu_checked"
 
@@ -26,24 +28,7 @@ PACKAGE = ROOT / "tests" / "fixtures" / "trm_cpu_checked"
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> dict[str, str]:
     """The environment of a process that has trm-cpu-checked installed."""
-    site = tmp_path_factory.mktemp("site")
-    build = tmp_path_factory.mktemp("build")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(site),
-            str(PACKAGE),
-        ],
-        check=True,
-        cwd=build,
-    )
+    site = pip_install_target(PACKAGE, tmp_path_factory)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env

@@ -23,6 +23,7 @@ import torch
 
 import trm
 from tests.conftest import assert_one_line_error
+from tests.out_of_tree import pip_install_target
 from tests.tiny_run import (
     GLOBAL_BATCH,
     TOTAL_STEPS,
@@ -50,24 +51,7 @@ PROCESS_TIMEOUT_S = 180.0
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> dict[str, str]:
     """The environment of a process that has trm-sgd-optimizer installed."""
-    site = tmp_path_factory.mktemp("site")
-    build = tmp_path_factory.mktemp("build")
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "--target",
-            str(site),
-            str(PACKAGE),
-        ],
-        check=True,
-        cwd=build,
-    )
+    site = pip_install_target(PACKAGE, tmp_path_factory)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRM_")}
     env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return env
