@@ -2,7 +2,8 @@
 trained with its own step, on the same data, seed and global batch, on this machine.
 
 Usage: python benchmarks/time_to_accuracy.py --reference PATH [--tasks quickstart,sudoku9]
-[--cap-s 720] [--threads N] [--sequential] [--json] [--out FILE] [--from-json FILE]
+[--cap-s 720] [--threads N] [--sequential] [--held-out TASK=DIR] [--json] [--out FILE]
+[--from-json FILE]
 
 Tasks: ``quickstart`` (4x4 Sudoku, threshold 95% held-out exact accuracy) and ``sudoku9``
 (spec sudoku9-laptop, 9x9 at 25–30 clues, threshold 80%). For each, the wall time from the
@@ -24,6 +25,11 @@ stopped at ``--cap-s`` (then the best accuracy reached is the figure).
   exact accuracy from its loss head's ``exact_accuracy`` / ``count``, at the same steps on
   the same held-out puzzles. Time: wall seconds since its first step, compilation and
   earlier evaluations counted.
+
+``--held-out TASK=DIR`` scores the task on the held-out split of another data set of the same
+shape (for ``sudoku9``, fresh 30-clue puzzles: ``trm data build sudoku --size 9 --count 1
+--test-count 1000 --clues 30 --augment 0 --seed 1 --out DIR``) in place of the spec's own
+held-out mix; both sides train on the spec's data and score on the same puzzles.
 
 By default every side of every task runs at once (one process each) so that all share the
 machine's load alike (a shared CPU: ``uptime`` is recorded before and after);
@@ -76,6 +82,31 @@ def build_data(task: str, work: Path) -> Path:
 
     spec = load_spec(resolve_spec_path(TASKS[task]["spec"]))
     return ensure_dataset(load_plugins([]), spec, work / f"data-{task}", lambda line: None)
+
+
+def with_held_out(task: str, data_dir: Path, held_out: Path, work: Path) -> Path:
+    """A data set that trains on ``data_dir``'s train split and scores on ``held_out``'s
+    held-out split (links, nothing copied); TrmError when the two differ in shape."""
+    from trm.spec import load_spec, resolve_spec_path
+
+    data = load_spec(resolve_spec_path(TASKS[task]["spec"])).data
+    ours, theirs = data_dir / data.eval_split, held_out / data.eval_split
+    if not (theirs / "dataset.json").is_file():
+        raise TrmError(f"--held-out {task}={held_out}: no {data.eval_split} split there")
+    keys = ("seq_len", "vocab_size")
+    a, b = (json.loads((d / "dataset.json").read_text()) for d in (ours, theirs))
+    if [a.get(k) for k in keys] != [b.get(k) for k in keys]:
+        raise TrmError(
+            f"--held-out {task}={held_out}: its puzzles are not {task}'s shape "
+            f"({', '.join(f'{k} {b.get(k)} against {a.get(k)}' for k in keys)})"
+        )
+    scored = work / f"data-{task}-held-out"
+    scored.mkdir()
+    for entry in data_dir.iterdir():
+        if entry.name != data.eval_split:
+            (scored / entry.name).symlink_to(entry.resolve())
+    (scored / data.eval_split).symlink_to(theirs.resolve())
+    return scored
 
 
 def trm_side(
@@ -247,6 +278,16 @@ def table_rows(document: dict[str, Any]) -> list[list[str]]:
     return out
 
 
+def held_out_item(item: str, tasks: list[str]) -> tuple[str, Path]:
+    """``TASK=DIR`` of ``--held-out``, checked."""
+    task, _, folder = item.partition("=")
+    if task not in tasks or not folder:
+        raise TrmError(f"--held-out {item}: expected TASK=DIR with TASK one of {', '.join(tasks)}")
+    if not Path(folder).is_dir():
+        raise TrmError(f"--held-out {item}: {folder} is not a folder")
+    return task, Path(folder)
+
+
 def run_one(args: argparse.Namespace) -> int:
     """A single side of a single task (the child process); its JSON on stdout."""
     work = Path(args.work)
@@ -268,6 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cap-s", type=float, default=720.0, help="wall seconds per side")
     parser.add_argument("--threads", type=int, default=0, help="CPU threads a side (0: default)")
     parser.add_argument("--sequential", action="store_true", help="one side at a time")
+    parser.add_argument(
+        "--held-out",
+        action="append",
+        default=[],
+        metavar="TASK=DIR",
+        help="score TASK on DIR's held-out split (same shape, another seed)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--out", type=Path, help="write the JSON document there")
     parser.add_argument("--from-json", type=Path, help="print the table of a saved document")
@@ -286,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             raise TrmError(f"--cap-s must be positive, got {args.cap_s}")
         if not args.from_json and (args.reference is None or not args.reference.is_dir()):
             raise TrmError("--reference PATH must name a TinyRecursiveModels checkout")
+        held_out = dict(held_out_item(item, tasks) for item in args.held_out)
     except TrmError as exc:
         print(f"trm: error: {exc}", file=sys.stderr)
         return 2
@@ -303,12 +352,19 @@ def main(argv: list[str] | None = None) -> int:
         "cap_s": args.cap_s,
         "concurrent": not args.sequential,
         "threads": args.threads or "default (trm's choice; torch's default for the official)",
+        "held_out": {t: str(held_out.get(t, "the spec's own held-out split")) for t in tasks},
         "tasks": [],
     }
     work = Path(tempfile.mkdtemp(prefix="trm-tta-"))
     try:
         jobs = []
         data = {task: build_data(task, work) for task in tasks}
+        try:
+            for task, path in held_out.items():
+                data[task] = with_held_out(task, data[task], path, work)
+        except TrmError as exc:
+            print(f"trm: error: {exc}", file=sys.stderr)
+            return 2
         document["load_start_training"] = load()
         for task in tasks:
             for side in SIDES:

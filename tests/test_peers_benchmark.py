@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from trm.errors import TrmError
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -166,6 +168,45 @@ def test_time_to_accuracy_needs_a_reference_checkout(tmp_path):
         timeout=300,
     )
     assert done.returncode == 2 and done.stderr.startswith("trm: error: --reference")
+
+
+def _split(folder, seq_len: int, vocab_size: int = 11) -> None:
+    folder.mkdir(parents=True)
+    shape = {"seq_len": seq_len, "vocab_size": vocab_size}
+    (folder / "dataset.json").write_text(json.dumps(shape))
+
+
+def test_held_out_puzzles_of_another_set_replace_the_specs_own(tta, tmp_path):
+    data, fresh, work = tmp_path / "data", tmp_path / "fresh", tmp_path / "work"
+    _split(data / "train", 81)
+    _split(data / "test", 81)
+    (data / "identifiers.json").write_text('["<blank>"]')
+    _split(fresh / "test", 81)
+    work.mkdir()
+    scored = tta.with_held_out("sudoku9", data, fresh, work)
+    assert (scored / "train").resolve() == (data / "train").resolve()
+    assert (scored / "test").resolve() == (fresh / "test").resolve()
+    assert (scored / "identifiers.json").read_text() == '["<blank>"]'
+    other = tmp_path / "other"
+    _split(other / "test", 16)
+    with pytest.raises(TrmError, match="seq_len 16 against 81"):
+        tta.with_held_out("sudoku9", data, other, tmp_path / "work2")
+
+
+@pytest.mark.parametrize("item", ["sudoku9", "maze=/tmp", "sudoku9=/nonexistent-folder"])
+def test_time_to_accuracy_rejects_a_bad_held_out_in_one_line(item, tmp_path):
+    done = subprocess.run(
+        [
+            *(sys.executable, str(BENCHMARKS / "time_to_accuracy.py"), "--tasks", "sudoku9"),
+            *("--reference", str(tmp_path), "--held-out", item),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1
+    assert lines[0].startswith("trm: error: --held-out")
 
 
 REFERENCE = os.environ.get("TRM_REFERENCE_CHECKOUT")
