@@ -38,11 +38,11 @@ import platform
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import torch
+from provenance import provenance
 
 SHAPES = {
     # name: (shipped spec, seq_len, vocab, default batch)
@@ -219,16 +219,6 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out.stdout.strip()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="sudoku,maze", help="shapes, comma-separated")
@@ -255,9 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     bf16 = bool(info["bf16_flags"])  # bf16 autocast where the CPU multiplies bf16 natively
     document: dict[str, Any] = {
-        "command": " ".join(["python", "benchmarks/step_profile.py", *(argv or sys.argv[1:])]),
-        "commit": git_commit(),
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "provenance": provenance(),
         "machine": info,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

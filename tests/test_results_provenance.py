@@ -86,6 +86,7 @@ def test_a_fresh_block_names_the_command_as_typed_and_this_commit(monkeypatch):
         "learning",
         "loss_curves",
         "memory_accuracy",
+        "step_profile",
         "tier_fit",
     ],
 )
