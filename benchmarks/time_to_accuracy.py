@@ -94,7 +94,10 @@ def with_held_out(task: str, data_dir: Path, held_out: Path, work: Path) -> Path
     if not (theirs / "dataset.json").is_file():
         raise TrmError(f"--held-out {task}={held_out}: no {data.eval_split} split there")
     keys = ("seq_len", "vocab_size")
-    a, b = (json.loads((d / "dataset.json").read_text()) for d in (ours, theirs))
+    try:
+        a, b = (json.loads((d / "dataset.json").read_text()) for d in (ours, theirs))
+    except (OSError, ValueError) as exc:
+        raise TrmError(f"--held-out {task}={held_out}: unreadable dataset.json ({exc})") from None
     if [a.get(k) for k in keys] != [b.get(k) for k in keys]:
         raise TrmError(
             f"--held-out {task}={held_out}: its puzzles are not {task}'s shape "

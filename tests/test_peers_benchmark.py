@@ -191,6 +191,9 @@ def test_held_out_puzzles_of_another_set_replace_the_specs_own(tta, tmp_path):
     _split(other / "test", 16)
     with pytest.raises(TrmError, match="seq_len 16 against 81"):
         tta.with_held_out("sudoku9", data, other, tmp_path / "work2")
+    (other / "test" / "dataset.json").write_text("{not json")
+    with pytest.raises(TrmError, match="unreadable dataset.json"):
+        tta.with_held_out("sudoku9", data, other, tmp_path / "work3")
 
 
 @pytest.mark.parametrize("item", ["sudoku9", "maze=/tmp", "sudoku9=/nonexistent-folder"])
