@@ -192,7 +192,7 @@ def test_held_out_puzzles_of_another_set_replace_the_specs_own(tta, tmp_path):
     with pytest.raises(TrmError, match="seq_len 16 against 81"):
         tta.with_held_out("sudoku9", data, other, tmp_path / "work2")
     (other / "test" / "dataset.json").write_text("{not json")
-    with pytest.raises(TrmError, match="unreadable dataset.json"):
+    with pytest.raises(TrmError, match=r"unreadable dataset\.json"):
         tta.with_held_out("sudoku9", data, other, tmp_path / "work3")
 
 
