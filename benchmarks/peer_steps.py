@@ -3,7 +3,7 @@
 
 - the official TinyRecursiveModels (SamsungSAILMontreal), imported at run time from a checkout
   the user names; nothing of it is copied into trm. Its model and ACT loss head are built
-  from trm's spec through :func:`trm.interop.reference_config.reference_config` (the
+  from trm's spec through :func:`trm.plugins.formats.reference_config.reference_config` (the
   all_config.yaml trm exports for the reference), compiled with ``torch.compile`` as its
   ``pretrain.py`` does unless ``DISABLE_COMPILE`` is set, in its own ``forward_dtype``
   (bfloat16), and stepped as ``pretrain.train_batch`` steps it: the carry, loss / global
@@ -35,7 +35,7 @@ from attrs import frozen
 
 from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex, TrainSampler
-from trm.interop.reference_config import reference_config
+from trm.plugins.formats.reference_config import reference_config
 from trm.spec import RunSpec
 
 # The modules of the official checkout that peers import (their top-level package names).

@@ -20,7 +20,6 @@ from trm.version import __version__
 if TYPE_CHECKING:
     from trm.api import Estimate, Model, Run, RunSummary, Solution, estimate, load
     from trm.spec import RunSpec
-    from trm.studies.results import StudyResult
 
 # the public API's names (trm.api), imported when one of them is first used
 _API_NAMES = ("Estimate", "Model", "Run", "RunSummary", "Solution", "estimate", "load")
@@ -79,14 +78,17 @@ def sweep(
     out: str | Path | None = None,
     workers: int = 1,
     storage: str | None = None,
-) -> StudyResult:
+) -> Any:
     """Run a study file as ``trm sweep`` does (many runs of one spec on Optuna, with
     pruning and resume) and return the study as it stands (docs/sweeps.md).
 
-    The parameters and what each raises are those of :func:`trm.studies.sweep.sweep`; this
-    function defers its import, which loads torch and Optuna.
+    The parameters and what each raises are those of the ``studies`` plugin's ``sweep``
+    (``trm.plugins.studies.sweep.sweep``), which returns its ``StudyResult``; this function
+    finds it through the ``api_functions`` hook when called, which loads torch and Optuna.
     """
-    from trm.studies.sweep import sweep as sweep_study
+    from trm.plugin_manager import load_plugins
+
+    sweep_study = load_plugins().api_function("sweep")
 
     return sweep_study(study, out=out, workers=workers, storage=storage)
 

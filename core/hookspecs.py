@@ -14,21 +14,26 @@ on_eval, save_checkpoint as they arise); on_train_end however the loop ends.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
+    import argparse
+
     from trm.control import ThermalEvent, TrainControl
     from trm.data.puzzle_dataset import PuzzleSplit
     from trm.data.reader import DataReader, ReaderChoice
     from trm.data.shape import DatasetShape
     from trm.data.source import DataSource
     from trm.device.contract import DeviceBackend
+    from trm.formats import ModelFormat
     from trm.hardware import HardwareProfile
     from trm.memory import MemoryEstimate, MemoryItem
     from trm.model import DenseOptimizer
+    from trm.plugin_manager import TrmPluginManager
     from trm.recursion import RecursionShare
     from trm.runtime import RuntimeChoice
     from trm.spec import Change, RunSpec
@@ -281,3 +286,47 @@ def on_train_end(state: TrainState, summary: dict[str, Any]) -> None:
     """The loop ended — finished, stopped, or failed with an exception (called from a
     ``finally``, so it runs for every ending); ``summary`` is what summary.json holds
     (``stopped`` says how it ended, ``error`` why it failed)."""
+
+
+# -------------------------------------------------------------------------------------------
+# Commands and formats: what a plugin adds to trm's surface (the command line, the Python API,
+# the files a model is written to and read from)
+# -------------------------------------------------------------------------------------------
+
+
+@hookspec
+def register_commands(
+    commands: argparse._SubParsersAction, common: argparse.ArgumentParser, pm: TrmPluginManager
+) -> None:
+    """Add subcommands to ``trm``: ``commands.add_parser(NAME, parents=[common], help=…)``,
+    then the parser's arguments and ``set_defaults(func=RUN)``, where ``RUN(args)`` returns
+    the exit code (0 done; raise TrmError for bad input: one line, exit 2).
+
+    Called once per ``trm`` invocation, while its parser is built — before the command line
+    is parsed, so for ``trm --help`` too: keep it cheap and import the command's work inside
+    ``RUN``. ``common`` holds the options every command takes (``--debug``, ``--plugins``);
+    ``pm`` is the invocation's plugin manager (the formats, sources and backends on offer).
+    A name another command has is refused, and so is every command of a plugin whose
+    implementation raises; ``trm`` says so in one line on stderr and the rest works.
+    """
+
+
+@hookspec
+def register_formats() -> list[ModelFormat] | None:
+    """Return the model formats this plugin offers (:class:`trm.formats.ModelFormat`).
+
+    Called by ``trm export`` (``--format NAME``: its choices and each format's options are
+    read when ``trm``'s parser is built), and by every reader of a model —
+    ``trm.load``, ``trm solve``, ``trm eval`` and ``trm run --init-from`` — which asks each
+    format whether a path is one of its models. Names must be unique across plugins.
+    """
+
+
+@hookspec
+def api_functions() -> dict[str, Callable[..., Any]] | None:
+    """Return the Python functions this plugin lends trm's API, by name.
+
+    The core's API calls them by name and never imports the plugin: ``trm.sweep`` calls the
+    one named ``"sweep"``, ``Run.report`` the one named ``"report"``. Called when such an
+    API function is called; a name two plugins return is an error.
+    """

@@ -20,20 +20,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from trm.checkpoint_file import load_weights_only
 from trm.errors import TrmError
-from trm.interop.hf_folder import is_model_folder, read_model_folder
-from trm.interop.importer import find_checkpoint
-from trm.interop.reference_weights import (
-    INNER_PREFIX,
-    MAX_LISTED,
-    PUZZLE_TABLE,
-    as_state_dict,
-    is_reference_state,
-    load_torch_file,
-    mean_row_table,
-    strip_compiled_prefix,
-    trm_key,
-)
+from trm.formats import format_weights, whole_model_format
 from trm.model import EMA, build_model
 from trm.plan.dataset import dataset_shape
 from trm.plan.run_dir import inspect_run_dir
@@ -43,39 +32,47 @@ from trm.spec import RunSpec
 from trm.state import TrainState
 
 Log = Callable[[str], None]
+# The puzzle-embedding table: the one tensor whose rows may differ (the mean-row rule).
+PUZZLE_TABLE = "puzzle_emb.weights"
+# At most this many problems are listed in one message.
+MAX_LISTED = 6
+HINT = "give a trm checkpoint, a run directory or the weights file of a format trm reads"
 
 
 def read_weights(pm: TrmPluginManager, path: Path) -> tuple[dict[str, Tensor], str]:
-    """trm-named weights of the checkpoint ``path`` and what they are, in words."""
-    if is_model_folder(path):
-        _, model = restore_model(read_model_folder(path), torch.device("cpu"))
-        return model.state_dict(), f"the weights of model folder {path}"
-    if path.is_dir() and not (path / "checkpoints").is_dir():
-        path = find_checkpoint(path)  # a reference run's folder
-    if path.is_dir():
-        payload = pm.hook.load_checkpoint(path=path, map_location="cpu")
-        if payload is None:
+    """trm-named weights of the checkpoint ``path`` and what they are, in words: a trm
+    checkpoint or run directory, a whole model of a format (``ModelFormat.is_model``), or
+    weights a format reads (``ModelFormat.read_weights``; the reference's ``step_N``)."""
+    whole = whole_model_format(pm, path)
+    if whole is not None:
+        _, model = restore_model(whole.read_payload(path), torch.device("cpu"))
+        return model.state_dict(), f"the weights of {whole.noun} {path}"
+    loaded = None
+    if path.is_dir() and (path / "checkpoints").is_dir():
+        loaded = pm.hook.load_checkpoint(path=path, map_location="cpu")
+        if loaded is None:
             raise TrmError(f"--init-from {path}: the run directory holds no checkpoint")
-    else:
-        payload = load_torch_file(path, "--init-from checkpoint")
-    if isinstance(payload, dict) and "spec" in payload and "model" in payload:
+    elif not path.is_dir():
+        loaded = load_weights_only(path, "--init-from checkpoint", HINT)
+    if isinstance(loaded, dict) and "spec" in loaded and "model" in loaded:
         if not path.is_dir():  # checked (SHA-256 record) as trm's own loader does
-            payload = pm.hook.load_checkpoint(path=path, map_location="cpu")
-        _, model = restore_model(payload, torch.device("cpu"))
-        what = "EMA weights" if payload.get("ema") is not None else "weights"
-        return model.state_dict(), f"the {what} of trm checkpoint {payload.get('loaded_from')}"
-    state = as_state_dict(payload, path)
-    if not is_reference_state(state):
+            loaded = pm.hook.load_checkpoint(path=path, map_location="cpu")
+        _, model = restore_model(loaded, torch.device("cpu"))
+        what = "EMA weights" if loaded.get("ema") is not None else "weights"
+        return model.state_dict(), f"the {what} of trm checkpoint {loaded.get('loaded_from')}"
+    found = format_weights(pm, path, loaded)
+    if found is None:
         raise TrmError(
-            f"--init-from {path}: neither a trm checkpoint nor a reference state dict (its keys "
-            f"do not start with {INNER_PREFIX!r}, e.g. {next(iter(state))})"
+            f"--init-from {path}: neither a trm checkpoint nor the weights of a format the "
+            "installed plugins read (`trm export --help` lists them)"
         )
-    state, _ = strip_compiled_prefix(state, path)
-    odd = [k for k in state if not k.startswith(INNER_PREFIX)]
-    if odd:
-        raise TrmError(f"--init-from {path}: unexpected key {odd[0]} in a reference state dict")
-    weights = {trm_key(k.removeprefix(INNER_PREFIX)): v for k, v in state.items()}
-    return weights, f"the weights of reference checkpoint {path}"
+    return found
+
+
+def mean_row_table(table: Tensor, rows: int) -> Tensor:
+    """The reference's rule for a puzzle table of another size: every one of ``rows`` rows is
+    the mean row of ``table`` (``load_checkpoint`` in its pretrain.py)."""
+    return table.mean(dim=0, keepdim=True).expand(rows, table.shape[1]).contiguous()
 
 
 def fit_weights(

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trm.control import TrainControl
+from trm.errors import TrmError
 
 
 class MetricsLog:
@@ -132,3 +133,37 @@ class Journal:
         """Show the messages plugins logged through ``control`` since the last call."""
         for message in control.take_messages():
             self.log(message)
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The rows of a metrics.jsonl file in file order ([] when it does not exist)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        what = "is a folder" if path.is_dir() else f"cannot be read ({exc.strerror or exc})"
+        raise TrmError(
+            f"{path} {what}; it must be the metrics file trm run writes (give its run "
+            "directory, or move the file back)"
+        ) from None
+    rows = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            rows.append(row)
+    return rows
+
+
+def per_task_figures(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A mix's evaluation result by task: ``{TASK: {"exact_accuracy": …, …}}`` from its
+    ``NAME/TASK`` figures (empty for a run of one dataset)."""
+    tasks: dict[str, dict[str, Any]] = {}
+    for key, value in result.items():
+        name, slash, task = key.partition("/")
+        if slash:
+            tasks.setdefault(task, {})[name] = value
+    return tasks

@@ -165,6 +165,15 @@ class TrmPluginManager:
             if info.enabled
         )
 
+    def api_function(self, name: str) -> Any:
+        """The function named ``name`` that an enabled plugin lends the Python API
+        (``api_functions`` hook); TrmError when none or several do."""
+        offered = [part[name] for part in self.pm.hook.api_functions() if part and name in part]
+        if len(offered) != 1:
+            how = "no enabled plugin offers" if not offered else "several plugins offer"
+            raise TrmError(f"{how} the Python API's {name!r}; see `trm plugins`")
+        return offered[0]
+
     def call_chained(self, hook_name: str, value_key: str, **kwargs: Any) -> list[Any]:
         """Call ``hook_name`` implementation by implementation, in call order.
 
@@ -198,12 +207,16 @@ def load_plugins(
     requested: Iterable[str] = (),
     extra_modules: Iterable[tuple[str, Any]] = (),
     spec_tables: Iterable[str] = (),
+    broken: list[str] | None = None,
 ) -> TrmPluginManager:
     """Build the plugin manager for one command.
 
     ``requested`` holds ``--plugins`` values (``a,b``, ``no:c``). ``spec_tables`` names the
     run spec's ``[plugins.NAME]`` tables: those plugins are switched on too, unless ``no:NAME``
     (a name no plugin has is left to the spec check, which names the table).
+    ``broken``, when given, collects the one-line error of each plugin that fails to import,
+    which is then left out (``trm``'s parser, so that every other command still works);
+    without it such a plugin is a TrmError.
     ``extra_modules`` registers
     in-process plugins (modules or objects: tests, fault injection, the bench's timer),
     switched on; one with an installed plugin's name replaces that plugin. Raises TrmError
@@ -221,7 +234,14 @@ def load_plugins(
         if ep.name in unwanted:
             skipped.append((ep.name, dist, version))
             continue
-        candidates.append((ep.name, _load(ep), dist, version))
+        try:
+            plugin = _load(ep)
+        except TrmError as exc:
+            if broken is None:
+                raise
+            broken.append(str(exc))
+            continue
+        candidates.append((ep.name, plugin, dist, version))
     for name, plugin in extras.items():
         candidates.append((name, plugin, "(in process)", "-"))
         wanted.append(name)

@@ -254,7 +254,7 @@ def attrs_train():
 
 
 def test_a_windowed_network_is_not_exported_in_the_reference_format() -> None:
-    from trm.interop.reference_config import reference_config
+    from trm.plugins.formats.reference_config import reference_config
 
     spec = RunSpec(arch=attention_arch(attention_window=1))
     with pytest.raises(TrmError, match=r"reference implementation has dense attention only"):

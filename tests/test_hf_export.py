@@ -19,8 +19,8 @@ from tests.conftest import assert_one_line_error
 from tests.test_interop import held_out
 from tests.tiny_run import build_tiny_data, summary, write_spec
 from trm.cli.main import main
-from trm.interop.hf_export import plain_tensors
 from trm.plugin_manager import load_plugins
+from trm.plugins.formats.hf_export import plain_tensors
 from trm.restore import restore_model
 
 # Held-out puzzles both models solve in the comparison.

@@ -397,7 +397,7 @@ def test_eval_of_a_mixed_model_scores_each_task_as_its_run_did(cli, mixed_run):
 
 
 def test_the_report_shows_each_task_of_a_mixed_run(mixed_run, tmp_path):
-    from trm.report.build import make_report
+    from trm.plugins.report.build import make_report
 
     report = make_report([mixed_run.run_dir], tmp_path / "report")
     tasks = report.document["runs"][0]["tasks"]

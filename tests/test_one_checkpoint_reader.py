@@ -12,7 +12,7 @@ import torch
 
 from trm.checkpoint_file import load_weights_only
 from trm.errors import TrmError
-from trm.interop.reference_weights import load_torch_file
+from trm.plugins.formats.reference_weights import load_torch_file
 from trm.plugins.operations.checkpoint import read_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -414,7 +414,7 @@ def test_a_text_is_always_the_puzzle_and_a_path_is_a_file(tiny, tmp_path, monkey
 
 def test_trm_train_and_sweep_have_the_signatures_of_the_functions_they_call():
     from trm.api.training import train as api_train
-    from trm.studies.sweep import sweep as api_sweep
+    from trm.plugins.studies.sweep import sweep as api_sweep
 
     for ours, theirs in ((trm.train, api_train), (trm.sweep, api_sweep)):
         assert inspect.isfunction(ours)

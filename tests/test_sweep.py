@@ -116,7 +116,7 @@ def test_a_storage_that_cannot_be_opened_is_one_line_and_leaves_nothing(tiny, tm
 
 def test_the_pruning_plugin_reports_each_evaluation_and_stops_a_hopeless_trial():
     from trm.control import TrainControl
-    from trm.studies.plugins import PRUNED, TrialPruning
+    from trm.plugins.studies.plugins import PRUNED, TrialPruning
 
     class FakeTrial:
         number = 7
@@ -228,8 +228,8 @@ def test_a_killed_sweep_resumes_the_cut_off_trial_bit_identical_and_reruns_no_fi
 
 def _trial_harness(tiny, tmp_path, monkeypatch, outcome):
     """A real study (in tmp_path) whose trial's run is ``outcome(options)`` instead of training."""
-    from trm.studies import runner
-    from trm.studies.study_file import read_study_file
+    from trm.plugins.studies import runner
+    from trm.plugins.studies.study_file import read_study_file
 
     study_file = read_study_file(_study(tmp_path, tiny.spec))
     study = runner.open_study(study_file, tmp_path, None)

@@ -25,7 +25,7 @@ from trm.data.mix_layout import MixLayout
 from trm.errors import TrmError
 from trm.evaluation.attempts import plan_attempts, try_again
 from trm.evaluation.evaluate import confidence, predict_with_halt, puzzle_runner, run_all_steps
-from trm.interop.hf_folder import is_model_folder, read_model_folder
+from trm.formats import whole_model_format
 from trm.plan.dataset import find_data_source
 from trm.plan.pipeline import detect_hardware, runtime_here
 from trm.plugin_manager import TrmPluginManager, load_plugins
@@ -444,10 +444,11 @@ def _checkpoint_path(path: Path) -> tuple[Path, Manifest | None]:
 
 def _load_payload(pm: TrmPluginManager, path: Path) -> dict[str, Any]:
     """The payload of a checkpoint file, a run directory (its newest valid checkpoint, via
-    ``load_checkpoint``) or a model folder ``trm export --format hf`` wrote (json and
-    safetensors only)."""
-    if is_model_folder(path):
-        return read_model_folder(path)
+    ``load_checkpoint``) or a whole model of a format a plugin offers (``register_formats``:
+    a model folder ``trm export --format hf`` wrote, read with json and safetensors only)."""
+    whole = whole_model_format(pm, path)
+    if whole is not None:
+        return whole.read_payload(path)
     if not path.is_file() and not path.is_dir():
         raise TrmError(
             f"checkpoint {path} is not a regular file; give a checkpoint file or run dir"

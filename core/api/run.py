@@ -6,14 +6,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from trm.errors import TrmError
-
-if TYPE_CHECKING:
-    from trm.report.build import Report
 
 
 @attrs.frozen(eq=False)  # compared as the mapping it is: equal to summary.json's content
@@ -102,10 +99,13 @@ class Run:
                     ) from None
         return rows
 
-    def report(self, out: Path | str | None = None) -> Report:
+    def report(self, out: Path | str | None = None) -> Any:
         """Write the report ``trm report RUN_DIR --out OUT`` writes (plots, index.html,
         report.json) into ``out`` (default ``RUN_DIR/report``, replacing one there); returns
-        it (``out_dir``, ``pngs``, ``document``). TrmError when ``out`` cannot be written."""
-        from trm.report.build import make_report  # matplotlib loads here
+        it (``out_dir``, ``pngs``, ``document``). TrmError when ``out`` cannot be written.
+        The ``report`` plugin makes it (the ``api_functions`` hook's ``"report"``)."""
+        from trm.plugin_manager import load_plugins
+
+        make_report = load_plugins().api_function("report")  # matplotlib loads when called
 
         return make_report([self.path], Path(out) if out is not None else self.path / "report")

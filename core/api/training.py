@@ -44,7 +44,7 @@ from trm.device.rank_agreement import (
     quiet_unless_first,
 )
 from trm.errors import TrmError
-from trm.interop.init_from import check_init_from
+from trm.init_from import check_init_from
 from trm.loop import Trainer
 from trm.loop.checkpoints import parse_interval
 from trm.measure.stage_speed import time_depths

@@ -27,20 +27,19 @@ from trm.errors import TrainingFailed, TrmError
 from trm.version import __version__
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(plugins: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """``trm``'s parser: the core's commands, then those the plugins add
+    (:mod:`trm.cli.plugin_commands`; ``plugins`` holds the ``--plugins`` values)."""
     from trm.cli import (
         analyze_cmd,
         bench_cmd,
         data_cmd,
         estimate_cmd,
         eval_cmd,
-        export_cmd,
-        import_cmd,
         plugins_cmd,
-        report_cmd,
         run_cmd,
-        sweep_cmd,
     )
+    from trm.cli.plugin_commands import add_plugin_commands
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -54,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="trm",
         description="Train Tiny Recursive Models on the hardware you have.",
+        epilog="[NAME] after a command: the plugin that brings it (`trm plugins` lists them; "
+        "--plugins no:NAME leaves it out)",
         parents=[common],
     )
     parser.add_argument("--version", action="version", version=f"trm {__version__}")
@@ -67,13 +68,24 @@ def build_parser() -> argparse.ArgumentParser:
         bench_cmd,
         analyze_cmd,
         estimate_cmd,
-        report_cmd,
-        import_cmd,
-        export_cmd,
-        sweep_cmd,
     ):
         module.register(commands, common)
+    add_plugin_commands(commands, common, list(plugins))
     return parser
+
+
+def plugins_option(argv: Sequence[str]) -> list[str]:
+    """The values of every ``--plugins`` in ``argv``, read before the parser exists (the
+    plugins it names or switches off decide which commands there are)."""
+    values = []
+    for index, word in enumerate(argv):
+        if word == "--":
+            break
+        if word == "--plugins" and index + 1 < len(argv):
+            values.append(argv[index + 1])
+        elif word.startswith("--plugins="):
+            values.append(word.removeprefix("--plugins="))
+    return values
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in argv
     try:
         set_rank(env_world().rank)
-        parser = build_parser()
+        parser = build_parser(plugins_option(argv))
         try:
             args, extra = parser.parse_known_args(argv)
             if extra and not getattr(args, "accepts_extra", False):

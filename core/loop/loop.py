@@ -35,7 +35,7 @@ from trm.evaluation.attempts import at_attempts_key
 from trm.evaluation.evaluate import evaluate_in_run
 from trm.evaluation.per_task import tasks_scorer
 from trm.hardware import HardwareProfile
-from trm.interop.init_from import start_from_weights
+from trm.init_from import start_from_weights
 from trm.loop import requests
 from trm.loop.checkpoints import Checkpointer, CheckpointSchedule
 from trm.loop.data_parallel import DataParallel, Decision
@@ -44,11 +44,9 @@ from trm.loop.oom_retry import take_step
 from trm.loop.setup import RunData, first_carry, new_state, open_data, resume
 from trm.loop.signals import StopRequests
 from trm.loop.step import StepSetup, step_record
-from trm.metrics_log import Journal, MetricsLog
+from trm.metrics_log import Journal, MetricsLog, per_task_figures, read_metrics
 from trm.plugin_manager import TrmPluginManager
 from trm.report.detect import detect
-from trm.report.runs import read_metrics
-from trm.report.summary import per_task_figures
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.state import TrainState, weights_sha256

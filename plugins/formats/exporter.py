@@ -17,21 +17,21 @@ import torch
 from attrs import frozen
 
 from trm.errors import TrmError
-from trm.interop.hf_folder import is_model_folder, read_model_folder
-from trm.interop.importer import check_output, write_folder
-from trm.interop.reference_config import (
+from trm.plugin_manager import TrmPluginManager
+from trm.plugins.formats.hf_folder import is_model_folder, read_model_folder
+from trm.plugins.formats.importer import check_output, write_folder
+from trm.plugins.formats.reference_config import (
     CONFIG_FILE,
     FORWARD_DTYPES,
     needs_zero_table,
     reference_config,
     write_config,
 )
-from trm.interop.reference_weights import (
+from trm.plugins.formats.reference_weights import (
     INIT_STATES,
     PUZZLE_TABLE,
     to_reference_weights,
 )
-from trm.plugin_manager import TrmPluginManager
 from trm.restore import checkpoint_shape, restore_model
 
 Log = Callable[[str], None]

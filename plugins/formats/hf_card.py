@@ -16,7 +16,7 @@ from typing import Any
 from attrs import frozen
 
 from trm.data.shape import DatasetShape
-from trm.interop.hf_folder import CONFIG_FILE, WEIGHTS_FILE
+from trm.plugins.formats.hf_folder import CONFIG_FILE, WEIGHTS_FILE
 from trm.spec import RunSpec, spec_to_toml
 
 # The folder name of a run's checkpoints (a checkpoint file's run is the folder above it).

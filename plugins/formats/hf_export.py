@@ -22,18 +22,18 @@ from attrs import frozen
 
 from trm.data.shape import DatasetShape
 from trm.errors import TrmError
-from trm.interop.exporter import load_trm_checkpoint
-from trm.interop.hf_card import RunRecord, model_card, read_run_record
-from trm.interop.hf_folder import (
+from trm.model import puzzle_prefix_len
+from trm.plugin_manager import TrmPluginManager
+from trm.plugins.formats.exporter import load_trm_checkpoint
+from trm.plugins.formats.hf_card import RunRecord, model_card, read_run_record
+from trm.plugins.formats.hf_folder import (
     CARD_FILE,
     CONFIG_FILE,
     FORMAT_NAME,
     FORMAT_VERSION,
     WEIGHTS_FILE,
 )
-from trm.interop.importer import check_output, write_folder
-from trm.model import puzzle_prefix_len
-from trm.plugin_manager import TrmPluginManager
+from trm.plugins.formats.importer import check_output, write_folder
 from trm.restore import checkpoint_shape, restore_model
 from trm.spec import RunSpec, spec_to_dict
 from trm.version import __version__

@@ -1,7 +1,7 @@
 """``trm import CHECKPOINT [--config FILE] [--data DIR] [--source NAME] --out RUN_DIR``:
 a checkpoint of the reference implementation becomes a trm run directory that ``trm eval``,
 ``trm solve``, ``trm report`` and ``trm run RUN_DIR/spec.toml --out RUN_DIR`` accept (see
-``trm.interop.importer`` and docs/interop.md)."""
+``trm.plugins.formats.importer`` and docs/interop.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from pathlib import Path
 
 from trm.cli.common import out_folder
 from trm.cli.output import info, print_json
-from trm.interop.importer import import_reference
 from trm.plugin_manager import load_plugins
 
 
@@ -39,6 +38,8 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
 
 
 def run(args: argparse.Namespace) -> int:
+    from trm.plugins.formats.importer import import_reference  # torch loads here
+
     pm = load_plugins(args.plugins)
     result = import_reference(
         pm, args.checkpoint, args.out, args.config, args.data, args.source, info

@@ -28,22 +28,22 @@ from trm.checkpoint_file import file_sha256
 from trm.data.puzzle_dataset import open_split, read_identifiers
 from trm.data.shape import DatasetShape, read_shape
 from trm.errors import TrmError
-from trm.interop.reference_config import (
+from trm.model import EMA, build_model
+from trm.plan.dataset import data_sources
+from trm.plugin_manager import TrmPluginManager
+from trm.plugins.formats.reference_config import (
     CONFIG_FILE,
     MappedConfig,
     read_config,
     spec_from_reference,
 )
-from trm.interop.reference_weights import (
+from trm.plugins.formats.reference_weights import (
     PUZZLE_TABLE,
     as_state_dict,
     load_torch_file,
     strip_compiled_prefix,
     to_trm_weights,
 )
-from trm.model import EMA, build_model
-from trm.plan.dataset import data_sources
-from trm.plugin_manager import TrmPluginManager
 from trm.spec import RunSpec, spec_to_toml
 from trm.state import TrainState
 

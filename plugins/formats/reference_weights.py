@@ -167,9 +167,3 @@ def to_reference_weights(
             tensor = tensor.to(init_dtype)
         out[prefix + reference_key(key)] = tensor.contiguous().clone()
     return out
-
-
-def mean_row_table(table: Tensor, rows: int) -> Tensor:
-    """The reference's rule for a puzzle table of another size: every one of ``rows`` rows is
-    the mean row of ``table`` (``load_checkpoint`` in its pretrain.py)."""
-    return table.mean(dim=0, keepdim=True).expand(rows, table.shape[1]).contiguous()

@@ -10,10 +10,10 @@ from typing import Any
 from attrs import frozen
 
 from trm.errors import TrmError
-from trm.report.html import render_index
-from trm.report.plots import plot_specs, render
-from trm.report.runs import load_runs, spec_differences
-from trm.report.summary import run_summary
+from trm.plugins.report.html import render_index
+from trm.plugins.report.plots import plot_specs, render
+from trm.plugins.report.runs import load_runs, spec_differences
+from trm.plugins.report.summary import run_summary
 
 # The summary document every report folder holds: its presence marks a folder as a report.
 REPORT_FILE = "report.json"

@@ -19,7 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
-from trm.report.runs import Run
+from trm.plugins.report.runs import Run
 
 # Distinct colours per series within a panel (matplotlib's tab10, then tab20's lighter half).
 PALETTE = (

@@ -34,7 +34,7 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
 
 def _study_report(study_dir: Path, out_dir: Path, as_json: bool) -> int:
     """``trm report DIR`` on a study's folder (``trm sweep``): its page and report.json."""
-    from trm.studies.report import make_study_report  # Optuna and matplotlib load here
+    from trm.plugins.studies.report import make_study_report  # Optuna and matplotlib load here
 
     report = make_study_report(study_dir, out_dir)
     info(f"wrote {len(report.pngs)} plots and index.html to {report.out_dir}")
@@ -52,7 +52,7 @@ def _folder(text: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trm.report.build import check_report_folder, make_report  # matplotlib loads here
+    from trm.plugins.report.build import check_report_folder, make_report  # matplotlib loads here
 
     out_dir = args.out or (
         args.run_dirs[0] / "report" if len(args.run_dirs) == 1 else Path("report")

@@ -13,6 +13,7 @@ from typing import Any
 from attrs import frozen
 
 from trm.errors import TrmError
+from trm.metrics_log import read_metrics
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -20,29 +21,6 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 METRICS_FILE = "metrics.jsonl"
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The rows of a metrics.jsonl file in file order ([] when it does not exist)."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        what = "is a folder" if path.is_dir() else f"cannot be read ({exc.strerror or exc})"
-        raise TrmError(
-            f"{path} {what}; it must be the metrics file trm run writes (give its run "
-            "directory, or move the file back)"
-        ) from None
-    rows = []
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int):
-            rows.append(row)
-    return rows
 
 
 def _read_json(path: Path) -> Any:

@@ -6,8 +6,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from trm.metrics_log import per_task_figures
+from trm.plugins.report.runs import Run
 from trm.report.detect import detect
-from trm.report.runs import Run
 
 MB = 2**20
 
@@ -48,17 +49,6 @@ def _final_retried(evals: list[dict[str, Any]]) -> dict[str, Any]:
             attempts = int(key[len(RETRIED_PREFIX) :])
             return {"eval_attempts": attempts, "final_retried_exact_accuracy": value}
     return {"eval_attempts": None, "final_retried_exact_accuracy": None}
-
-
-def per_task_figures(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A mix's evaluation result by task: ``{TASK: {"exact_accuracy": …, …}}`` from its
-    ``NAME/TASK`` figures (empty for a run of one dataset)."""
-    tasks: dict[str, dict[str, Any]] = {}
-    for key, value in result.items():
-        name, slash, task = key.partition("/")
-        if slash:
-            tasks.setdefault(task, {})[name] = value
-    return tasks
 
 
 def run_summary(run: Run) -> dict[str, Any]:

@@ -18,10 +18,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from trm.errors import TrmError
-from trm.report.build import REPORT_FILE, Report, make_report
-from trm.report.html import STYLE
-from trm.studies.results import StudyResult, TrialRow
-from trm.studies.runner import load_study
+from trm.plugins.report.build import REPORT_FILE, Report, make_report
+from trm.plugins.report.html import STYLE
+from trm.plugins.studies.results import StudyResult, TrialRow
+from trm.plugins.studies.runner import load_study
 
 DPI = 100
 _STATE_COLORS = {"complete": "#1f77b4", "pruned": "#ff7f0e", "fail": "#d62728"}

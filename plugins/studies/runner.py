@@ -33,9 +33,9 @@ from trm.api.arguments import override_texts
 from trm.api.log import Log
 from trm.api.training import RunOptions, run_training
 from trm.errors import TrainingFailed, TrmError
-from trm.studies.plugins import PRUNED, TrialPruning, WorkerShare
-from trm.studies.results import StudyResult, read_study_result
-from trm.studies.study_file import StudyFile
+from trm.plugins.studies.plugins import PRUNED, TrialPruning, WorkerShare
+from trm.plugins.studies.results import StudyResult, read_study_result
+from trm.plugins.studies.study_file import StudyFile
 
 STUDY_DB = "study.db"
 TRIALS_DIR = "trials"

@@ -8,9 +8,9 @@ from trm.api.arguments import path_argument, python_errors
 from trm.api.log import Log, say
 from trm.errors import TrmError
 from trm.paths import default_run_dir
-from trm.studies.results import StudyResult
-from trm.studies.runner import run_study
-from trm.studies.study_file import read_study_file
+from trm.plugins.studies.results import StudyResult
+from trm.plugins.studies.runner import run_study
+from trm.plugins.studies.study_file import read_study_file
 
 # the most worker processes one machine runs (each needs a core)
 MAX_WORKERS = 256
@@ -25,7 +25,7 @@ def sweep(
 ) -> StudyResult:
     """Run the study file ``study`` (docs/sweeps.md) into ``out`` (default
     ``runs/<study name>``) with ``workers`` processes sharing this machine, and return the
-    study as it stands (:class:`~trm.studies.results.StudyResult`).
+    study as it stands (:class:`~trm.plugins.studies.results.StudyResult`).
 
     The same ``out`` continues a study: finished trials are not run again and a trial cut
     off mid-run resumes from its checkpoint. ``storage`` is an Optuna database URL shared by

@@ -46,8 +46,8 @@ def _folder(text: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trm.studies.runner import StudyStopped
-    from trm.studies.sweep import _storage, sweep_study
+    from trm.plugins.studies.runner import StudyStopped
+    from trm.plugins.studies.sweep import _storage, sweep_study
 
     try:
         result = sweep_study(

@@ -1,0 +1,130 @@
+"""Model formats: ways of writing a trained trm model to files and reading such files back.
+
+A plugin offers formats through the ``register_formats`` hook as instances of
+:class:`ModelFormat` (a subclass overriding what the format can do). ``trm export --format
+NAME`` writes one; ``trm.load``, ``trm solve``, ``trm eval`` and ``trm run --init-from`` read
+one. The core knows formats only through this module and the hook: it never imports the
+plugin that brings one (the built-in ``reference`` and ``hf`` come from the ``formats``
+plugin, ``trm.plugins.formats``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attrs import field, frozen
+
+from trm.errors import TrmError
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+    from trm.plugin_manager import TrmPluginManager
+
+
+@frozen
+class Exported:
+    """What :meth:`ModelFormat.export` wrote, as ``trm export`` shows it: ``lines`` printed
+    one by one on stderr, ``document`` the ``--json`` document on stdout."""
+
+    lines: tuple[str, ...]
+    document: dict[str, Any] = field(factory=dict)
+
+
+class ExportOptions:
+    """The options a format adds to ``trm export`` (:meth:`ModelFormat.add_export_options`):
+    ``add_argument`` as argparse's, recording which ``--flags`` belong to the format so that
+    giving one with another ``--format`` is refused in one line."""
+
+    def __init__(self, add: Callable[..., argparse.Action]) -> None:
+        self._add = add
+        self.actions: list[argparse.Action] = []
+
+    def add_argument(self, *flags: str, **kwargs: Any) -> argparse.Action:
+        action = self._add(*flags, **kwargs)
+        self.actions.append(action)
+        return action
+
+
+class ModelFormat:
+    """One format. ``name`` is what ``--format`` takes (unique across plugins), ``summary``
+    one line for ``trm export --help``, ``noun`` how messages name one model of it
+    ("model folder"). Every method has a default that says the format cannot do it."""
+
+    name: str = ""
+    summary: str = ""
+    noun: str = "model"
+
+    def add_export_options(self, options: ExportOptions) -> None:
+        """Add this format's own ``trm export`` options (``options.add_argument``); called
+        when ``trm``'s parser is built. Default: none."""
+
+    def export(
+        self, pm: TrmPluginManager, source: Path, out: Path, options: argparse.Namespace
+    ) -> Exported:
+        """Write the model of ``source`` (a run directory or a checkpoint file) into the new
+        folder ``out``; ``options`` holds ``trm export``'s parsed arguments. TrmError for
+        input that cannot be written in this format, before anything is written."""
+        raise TrmError(f"the {self.name} format cannot be written; give another --format")
+
+    def is_model(self, path: Path) -> bool:
+        """True when ``path`` is a whole model of this format, one :meth:`read_payload`
+        reads (a damaged one too: reading it then names what is wrong). Cheap: called for
+        every path ``trm.load`` and ``--init-from`` are given."""
+        return False
+
+    def read_payload(self, path: Path) -> dict[str, Any]:
+        """The checkpoint payload of the model at ``path`` (the keys
+        ``trm.restore.restore_model`` reads), read without unpickling code; TrmError when
+        it is damaged. Called only when :meth:`is_model` said True."""
+        raise TrmError(f"{path} cannot be loaded as a whole model of the {self.name} format")
+
+    def read_weights(self, path: Path, loaded: Any) -> tuple[dict[str, Tensor], str] | None:
+        """For ``--init-from``: the weights of ``path`` under trm's names and, in words, what
+        they are; None when ``path`` is not of this format. ``loaded`` is what the file
+        ``path`` holds (read by :func:`trm.checkpoint_file.load_weights_only`), None when
+        ``path`` is a folder. TrmError when the weights are of this format but unusable.
+        Asked for a path that is neither trm's own checkpoint nor a whole model."""
+        return None
+
+
+def model_formats(pm: TrmPluginManager) -> list[ModelFormat]:
+    """Every format the enabled plugins offer, by name; TrmError when two share a name."""
+    found: dict[str, ModelFormat] = {}
+    for part in pm.hook.register_formats():
+        for fmt in part or ():
+            if fmt.name in found:
+                raise TrmError(
+                    f"two plugins offer a model format named {fmt.name!r}; switch one off "
+                    "with --plugins no:NAME"
+                )
+            found[fmt.name] = fmt
+    return [found[name] for name in sorted(found)]
+
+
+def whole_model_format(pm: TrmPluginManager, path: Path) -> ModelFormat | None:
+    """The format ``path`` is a whole model of (:meth:`ModelFormat.is_model`), or None."""
+    return next((fmt for fmt in model_formats(pm) if fmt.is_model(path)), None)
+
+
+def format_weights(
+    pm: TrmPluginManager, path: Path, loaded: Any
+) -> tuple[dict[str, Tensor], str] | None:
+    """The weights of ``path`` read by the first format that knows them
+    (:meth:`ModelFormat.read_weights`); when none does, the first refusal a format raised,
+    else None."""
+    refusal: TrmError | None = None
+    for fmt in model_formats(pm):
+        try:
+            found = fmt.read_weights(path, loaded)
+        except TrmError as exc:
+            refusal = refusal or exc
+            continue
+        if found is not None:
+            return found
+    if refusal is not None:
+        raise refusal
+    return None
