@@ -62,6 +62,12 @@ class ModelFormat:
         """Add this format's own ``trm export`` options (``options.add_argument``); called
         when ``trm``'s parser is built. Default: none."""
 
+    def foreign_options_message(self, given: list[str]) -> str:
+        """The one-line refusal of this format's options ``given`` (``--flags``) with another
+        ``--format``."""
+        verb, them = ("applies", "it") if len(given) == 1 else ("apply", "them")
+        return f"{' and '.join(given)} {verb} to --format {self.name} only; leave {them} out"
+
     def export(
         self, pm: TrmPluginManager, source: Path, out: Path, options: argparse.Namespace
     ) -> Exported:

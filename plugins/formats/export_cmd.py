@@ -13,7 +13,7 @@ from pathlib import Path
 from trm.cli.common import out_folder
 from trm.cli.output import info, print_json
 from trm.errors import TrmError
-from trm.formats import ExportOptions, model_formats
+from trm.formats import ExportOptions, ModelFormat, model_formats
 from trm.plugin_manager import TrmPluginManager, load_plugins
 
 
@@ -34,26 +34,23 @@ def register(
         help="the layout to write: " + "; ".join(f"{fmt.name}: {fmt.summary}" for fmt in formats),
     )
     parser.add_argument("--out", type=out_folder, required=True, help="a new folder for the files")
-    owners: dict[str, list[argparse.Action]] = {}  # each format's own options
+    owners: dict[str, tuple[ModelFormat, list[argparse.Action]]] = {}  # each one's options
     for fmt in formats:
         options = ExportOptions(parser.add_argument)
         fmt.add_export_options(options)
-        owners[fmt.name] = options.actions
+        owners[fmt.name] = (fmt, options.actions)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.set_defaults(func=run, export_options=owners)
 
 
 def _refuse_other_formats_options(args: argparse.Namespace) -> None:
     """TrmError when an option of another format than ``--format`` was given."""
-    for name, actions in args.export_options.items():
-        if name == args.format:
+    for fmt, actions in args.export_options.values():
+        if fmt.name == args.format:
             continue
         given = [a.option_strings[0] for a in actions if getattr(args, a.dest) != a.default]
         if given:
-            verb, them = ("applies", "it") if len(given) == 1 else ("apply", "them")
-            raise TrmError(
-                f"{' and '.join(given)} {verb} to --format {name} only; leave {them} out"
-            )
+            raise TrmError(fmt.foreign_options_message(given))
 
 
 def run(args: argparse.Namespace) -> int:

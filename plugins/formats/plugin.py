@@ -102,6 +102,9 @@ class HfFormat(ModelFormat):
             help="--format hf: a Hub dataset the model card names (repeatable)",
         )
 
+    def foreign_options_message(self, given: list[str]) -> str:
+        return "--license and --dataset describe a model card: use them with --format hf"
+
     def export(
         self, pm: TrmPluginManager, source: Path, out: Path, options: argparse.Namespace
     ) -> Exported:

@@ -32,9 +32,12 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     parser.set_defaults(func=run)
 
 
-def _study_report(study_dir: Path, out_dir: Path, as_json: bool) -> int:
-    """``trm report DIR`` on a study's folder (``trm sweep``): its page and report.json."""
-    from trm.plugins.studies.report import make_study_report  # Optuna and matplotlib load here
+def _study_report(study_dir: Path, out_dir: Path, as_json: bool, plugins: list[str]) -> int:
+    """``trm report DIR`` on a study's folder (``trm sweep``): its page and report.json, drawn
+    by the ``studies`` plugin (its ``api_functions``' ``"study_report"``)."""
+    from trm.plugin_manager import load_plugins
+
+    make_study_report = load_plugins(plugins).api_function("study_report")  # Optuna loads here
 
     report = make_study_report(study_dir, out_dir)
     info(f"wrote {len(report.pngs)} plots and index.html to {report.out_dir}")
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if check_report_folder(out_dir):
         info(f"replacing the report in {out_dir}")
     if len(args.run_dirs) == 1 and (args.run_dirs[0] / STUDY_DB).is_file():
-        return _study_report(args.run_dirs[0], out_dir, args.json)
+        return _study_report(args.run_dirs[0], out_dir, args.json, args.plugins)
     report = make_report(args.run_dirs, out_dir)
     for summary in report.document["runs"]:
         for task, figures in summary.get("tasks", {}).items():

@@ -28,6 +28,13 @@ def _sweep(*args: Any, **kwargs: Any) -> Any:
     return sweep(*args, **kwargs)
 
 
+def _study_report(*args: Any, **kwargs: Any) -> Any:
+    from trm.plugins.studies.report import make_study_report  # Optuna and matplotlib load here
+
+    return make_study_report(*args, **kwargs)
+
+
 @hookimpl
 def api_functions() -> dict[str, Callable[..., Any]]:
-    return {"sweep": _sweep}
+    """``trm.sweep``, and the study's page ``trm report STUDY_DIR`` draws."""
+    return {"sweep": _sweep, "study_report": _study_report}
