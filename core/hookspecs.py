@@ -10,6 +10,10 @@ detect_hardware, configure_runtime, estimate_memory, adapt_config (then configur
 again when the runtime changed), recursion_schedule (with a time budget), load_checkpoint,
 open_dataset, on_train_start; per step on_step (and on_out_of_memory, on_thermal_event,
 on_eval, save_checkpoint as they arise); on_train_end however the loop ends.
+
+Every ``trm`` command line first builds its parser, calling register_commands (and
+register_formats, for ``trm export``'s choices); readers of a model call register_formats,
+and the Python API's plugin-provided functions call api_functions.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """``trm run SPEC --init-from CHECKPOINT``: a new run that starts from trained weights.
 
 ``CHECKPOINT`` is a trm checkpoint (a file or a run directory: its EMA weights when it has
-them, as ``trm eval`` scores them), a model folder ``trm export --format hf`` wrote, or a
-reference one (a ``step_N`` file or its folder, with
-or without ``_orig_mod.``). Only the weights are taken: the optimizers, the schedule, the
+them, as ``trm eval`` scores them), a whole model of a format a plugin offers (a model
+folder ``trm export --format hf`` wrote), or weights a format reads (the reference's
+``step_N`` file or its folder, with or without ``_orig_mod.``), found through
+:mod:`trm.formats`. Only the weights are taken: the optimizers, the schedule, the
 step and the data order start afresh, and the EMA starts from the loaded weights. Every
 tensor must have the shape this run's spec gives it, except the puzzle-embedding table: when
 its rows differ (another dataset), every row becomes the mean row, the reference's rule
@@ -83,8 +84,8 @@ def fit_weights(
     listing every other missing, unexpected or wrongly shaped tensor.
 
     A puzzle table of zeros where the model has none is left out: it is what ``trm export``
-    writes for ``puzzle_emb_ndim = 0`` (see ``trm.interop.reference_config``), the same
-    function, so an exported run seeds its own spec again."""
+    writes for ``puzzle_emb_ndim = 0`` in the reference format, so an exported run seeds its
+    own spec again."""
     note = None
     table = weights.get(PUZZLE_TABLE)
     if table is not None and PUZZLE_TABLE not in live and not table.any():

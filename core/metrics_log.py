@@ -4,7 +4,8 @@ Rows carry ``step``. Training rows have no ``kind``; evaluations have ``"kind": 
 events (micro-batch changes, out-of-memory recoveries, pauses, thermal changes, checkpoint
 failures) have ``"kind": "event"`` and an ``event`` name. A resumed run first drops every row
 of a step after the checkpoint it resumes from (and a line cut short by a kill), so the file
-reads as if the run had never stopped. :class:`Journal` writes rows and tells the user.
+reads as if the run had never stopped. :class:`Journal` writes rows and tells the user;
+:func:`read_metrics` reads them back (the loop's detectors, the report).
 """
 
 from __future__ import annotations

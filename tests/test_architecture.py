@@ -54,3 +54,17 @@ def test_a_plugin_importing_the_loop_breaks_a_contract(installed_copy, tmp_path)
         " ".join(result.stdout.split())
     )
     assert "trm.plugins.operations.progress -> trm.loop" in result.stdout
+
+
+@pytest.mark.skipif(LINT_IMPORTS is None, reason="import-linter is not installed")
+def test_a_command_plugin_importing_the_loop_breaks_the_public_parts_contract(
+    installed_copy, tmp_path
+):
+    tree = tmp_path / "tree"
+    shutil.copytree(installed_copy, tree)
+    build = tree / "trm" / "plugins" / "report" / "build.py"
+    build.write_text(build.read_text() + "\nfrom trm.loop import Trainer  # noqa\n")
+    result = _lint(tree)
+    assert result.returncode != 0
+    assert "import only the core's public parts BROKEN" in " ".join(result.stdout.split())
+    assert "trm.plugins.report.build -> trm.loop" in result.stdout

@@ -72,7 +72,7 @@ class Trainer:
     ``train.checkpoint_interval_steps``, else about every ten minutes. ``on_accepted`` runs
     once the state is built and any checkpoint accepted, before anything is written (``trm
     run`` writes the run's record there, so a refused resume changes no file). ``init_from``
-    (``--init-from``) starts a fresh run from those weights (``trm.interop.init_from``).
+    (``--init-from``) starts a fresh run from those weights (``trm.init_from``).
     """
 
     def __init__(

@@ -1,7 +1,4 @@
-"""trm.report: what a run did, from its run directory — plots, index.html, the summary table
-(:mod:`~trm.report.build`), and the leak and slowdown detectors (:mod:`~trm.report.detect`)
-that the end of ``trm run`` uses too.
-
-Importing this package imports neither matplotlib nor the plots, so the loop can use the
-detectors without paying for them.
+"""trm.report: the leak and slowdown detectors (:mod:`~trm.report.detect`) that the end of
+``trm run`` runs on a run's metrics.jsonl. The report itself — plots, index.html, the summary
+table behind ``trm report`` — is the ``report`` plugin (``trm.plugins.report``).
 """

@@ -1,0 +1,5 @@
+"""The ``report`` plugin: what a run did, from its run directory — plots, index.html, the
+summary table (:mod:`~trm.plugins.report.build`) behind ``trm report`` and ``Run.report``,
+with the core's leak and slowdown detectors (``trm.report.detect``). matplotlib is imported
+only here, when a report is drawn (:mod:`.plugin` registers the command cheaply).
+"""

@@ -1,5 +1,5 @@
-"""Studies: many runs of one spec that vary some of its keys, on Optuna (``trm sweep``,
-:func:`trm.sweep`).
+"""The ``studies`` plugin (:mod:`.plugin`): many runs of one spec that vary some of its keys, on
+Optuna (``trm sweep``, :func:`trm.sweep` through the ``api_functions`` hook).
 
 ``study_file.py`` reads and checks the study file; ``runner.py`` runs trials as ordinary trm
 runs, shares the study between worker processes and resumes a cut-off trial; ``plugins.py``
