@@ -155,6 +155,6 @@ def test_broken_command_plugins_are_one_warning_each_and_trm_still_works(broken)
 
 
 def test_switching_broken_plugins_off_silences_them(broken):
-    done = _trm(broken, "--plugins", "no:unimportable,no:raising,no:clashing", "plugins")
+    done = _trm(broken, "plugins", "--plugins", "no:unimportable,no:raising,no:clashing")
     assert done.returncode == 0, done.stderr
     assert "warning" not in done.stderr
