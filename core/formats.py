@@ -98,9 +98,10 @@ class ModelFormat:
 
 
 def model_formats(pm: TrmPluginManager) -> list[ModelFormat]:
-    """Every format the enabled plugins offer, by name; TrmError when two share a name."""
+    """Every format the enabled plugins offer, in the order the plugins were registered (by
+    entry-point name) and each plugin lists them; TrmError when two share a name."""
     found: dict[str, ModelFormat] = {}
-    for part in pm.hook.register_formats():
+    for part in reversed(pm.hook.register_formats()):  # pluggy calls the last registered first
         for fmt in part or ():
             if fmt.name in found:
                 raise TrmError(
@@ -108,7 +109,7 @@ def model_formats(pm: TrmPluginManager) -> list[ModelFormat]:
                     "with --plugins no:NAME"
                 )
             found[fmt.name] = fmt
-    return [found[name] for name in sorted(found)]
+    return list(found.values())
 
 
 def whole_model_format(pm: TrmPluginManager, path: Path) -> ModelFormat | None:
