@@ -16,6 +16,7 @@ import argparse
 import ast
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -72,12 +73,18 @@ def _env(site: Path) -> dict[str, str]:
     return env
 
 
-def sample_s(site: Path, code: str) -> float:
+def sample_s(site: Path, code: str) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system) of one fresh interpreter running ``code``;
+    the CPU seconds are what a loaded machine disturbs least."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(
         [sys.executable, "-c", code], env=_env(site), check=True, capture_output=True, cwd=site
     )
-    return time.perf_counter() - start
+    wall_s = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall_s, cpu_s
 
 
 def modules(site: Path, code: str) -> dict[str, object]:
@@ -108,25 +115,29 @@ def main() -> None:
         for site in sites.values():  # warm the page cache and the bytecode of both
             for code in PROGRAMS.values():
                 sample_s(site, code)
-        times: dict[str, dict[str, list[float]]] = {p: {"base": [], "new": []} for p in PROGRAMS}
+        walls: dict[str, dict[str, list[float]]] = {p: {"base": [], "new": []} for p in PROGRAMS}
+        cpus: dict[str, dict[str, list[float]]] = {p: {"base": [], "new": []} for p in PROGRAMS}
         for _ in range(args.rounds):
             for program, code in PROGRAMS.items():
                 for name in ("base", "new"):
-                    times[program][name].append(round(sample_s(sites[name], code), 4))
+                    wall_s, cpu_s = sample_s(sites[name], code)
+                    walls[program][name].append(round(wall_s, 4))
+                    cpus[program][name].append(round(cpu_s, 4))
         results = {
             program: {
                 name: {
-                    "median_s": round(statistics.median(samples), 4),
-                    "min_s": min(samples),
-                    "samples_s": samples,
+                    "median_wall_s": round(statistics.median(samples), 4),
+                    "median_cpu_s": round(statistics.median(cpus[program][name]), 4),
+                    "wall_s": samples,
+                    "cpu_s": cpus[program][name],
                     **modules(sites[name], PROGRAMS[program]),
                 }
                 for name, samples in by_commit.items()
             }
-            for program, by_commit in times.items()
+            for program, by_commit in walls.items()
         }
     document = {
-        "what": "wall time of a fresh interpreter running `import trm` / `trm --help`, "
+        "what": "wall and CPU time of a fresh interpreter running `import trm` / `trm --help`, "
         "base and new commits alternating",
         "base": args.base,
         "new": args.new,
