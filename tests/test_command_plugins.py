@@ -158,3 +158,12 @@ def test_switching_broken_plugins_off_silences_them(broken):
     done = _trm(broken, "plugins", "--plugins", "no:unimportable,no:raising,no:clashing")
     assert done.returncode == 0, done.stderr
     assert "warning" not in done.stderr
+
+
+def test_the_api_reaches_a_plugins_function_by_name_and_refuses_one_switched_off():
+    from trm.errors import TrmError
+    from trm.plugin_manager import load_plugins
+
+    assert callable(load_plugins().api_function("sweep"))
+    with pytest.raises(TrmError, match="no enabled plugin offers the Python API's 'sweep'"):
+        load_plugins(["no:studies"]).api_function("sweep")
