@@ -67,6 +67,12 @@ def install(ref: str, into: Path) -> Path:
     return site
 
 
+def _commit(ref: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", ref], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
 def _env(site: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRM_")}
     env["PYTHONPATH"] = str(site)
@@ -140,7 +146,9 @@ def main() -> None:
         "what": "wall and CPU time of a fresh interpreter running `import trm` / `trm --help`, "
         "base and new commits alternating",
         "base": args.base,
+        "base_commit": _commit(args.base),
         "new": args.new,
+        "new_commit": _commit(args.new),
         "rounds": args.rounds,
         "python": sys.version.split()[0],
         "results": results,
