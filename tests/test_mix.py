@@ -247,6 +247,50 @@ def test_bad_mix_tables_are_one_line_errors(cli, tmp_path, name, extra, weight, 
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize(
+    ("option", "fragment"),
+    [
+        ("bogus = 3", "unknown key(s) bogus in [data.mix[1].generate]"),
+        ("min_walls = 400", "data.mix[1].generate.min_walls and max_walls must satisfy"),
+    ],
+)
+def test_a_bad_generate_option_of_the_last_table_builds_nothing_and_leaves_nothing(
+    cli, tmp_path, option, fragment
+):
+    spec = write_mix_spec(tmp_path)
+    text = spec.read_text().replace("min_walls = 1\n", f"min_walls = 1\n{option}\n")
+    spec.write_text(text.replace("min_walls = 1\nmin_walls = 400", "min_walls = 400"))
+    given = tmp_path / "given"
+    given.mkdir()
+    result = cli("run", spec, "--out", given)
+    assert_one_line_error(result, fragment)
+    assert "building" not in result.err  # the Sudoku table before it was not built either
+    assert list(given.iterdir()) == []  # no data-mix/, no .lock
+    assert_one_line_error(cli("run", spec, "--out", tmp_path / "new"), fragment)
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_table_whose_dir_holds_another_sources_dataset_is_refused(cli, mixed_run, tmp_path):
+    maze = mixed_run.run_dir / "data-mix" / "maze" / "data"
+    sudoku = mixed_run.run_dir / "data-mix" / "sudoku4" / "data"
+    spec = tmp_path / "dirs.toml"
+    tables = "".join(
+        f'\n[[data.mix]]\nname = "{name}"\nsource = "{source}"\ndir = "{folder}"\n'
+        for name, source, folder in (("s", "sudoku", maze), ("m", "maze", maze))
+    )
+    spec.write_text(MODEL + tables)
+    result = cli("run", spec, "--out", tmp_path / "run")
+    assert_one_line_error(
+        result, f"data.mix[0].dir: {maze} does not hold sudoku puzzles", "data.mix[0].source"
+    )
+    assert not (tmp_path / "run").exists()
+    swapped = spec.read_text().replace(f'"maze"\ndir = "{maze}"', f'"maze"\ndir = "{sudoku}"')
+    spec.write_text(swapped.replace(f'"sudoku"\ndir = "{maze}"', f'"sudoku"\ndir = "{sudoku}"'))
+    result = cli("run", spec, "--out", tmp_path / "run")
+    assert_one_line_error(result, f"data.mix[1].dir: {sudoku} does not hold maze puzzles")
+    assert not (tmp_path / "run").exists()
+
+
 def test_an_empty_or_single_mix_is_refused(cli, tmp_path):
     empty = tmp_path / "empty.toml"
     empty.write_text(MODEL + "[data]\nmix = []\n")
