@@ -139,8 +139,18 @@ class TrmPluginManager:
         return [backend for part in self.pm.hook.device_backends() for backend in part or ()]
 
     def dense_optimizers(self) -> list[Any]:
-        """Every ``DenseOptimizer`` the enabled plugins offer (``dense_optimizers`` hook)."""
-        return [entry for part in self.pm.hook.dense_optimizers() for entry in part or ()]
+        """Every ``DenseOptimizer`` the enabled plugins offer (``dense_optimizers`` hook), each
+        marked with the plugin that offered it. TrmError naming the plugin when its hook
+        raises or answers something else than a list of well-formed entries."""
+        from trm.model.dense_optimizer import offered_by
+
+        # in pluggy's call order (the last registered first), one plugin at a time, so that
+        # a failure names its plugin
+        return [
+            entry
+            for impl in reversed(self.pm.hook.dense_optimizers.get_hookimpls())
+            for entry in offered_by(impl.plugin_name, impl.function)
+        ]
 
     def dense_optimizer(self, name: str) -> Any:
         """The enabled plugins' ``DenseOptimizer`` called ``name`` (``train.optimizer``);

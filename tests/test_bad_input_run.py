@@ -96,6 +96,38 @@ def test_data_dir_naming_a_file_says_it_is_a_file(tiny, tmp_path, cli):
     assert_one_line_error(result, "is a file, not a dataset directory")
 
 
+def test_data_dir_holding_another_sources_dataset_is_refused(tiny, tmp_path, cli):
+    maze = tmp_path / "maze"
+    build = ["data", "build", "maze", "--preset", "", "--size", "4", "--min-walls", "1"]
+    build += ["--max-walls", "3", "--min-path", "2", "--count", "16", "--test-count", "4"]
+    assert main([*build, "--workers", "1", "--out", str(maze)]) == 0
+    # a 4x4 maze has a 4x4 Sudoku's row length and vocabulary: its labels tell them apart
+    result = cli("run", tiny.spec, "--set", f"data.dir={maze}", "--out", tmp_path / "run")
+    assert_one_line_error(
+        result, f"data.dir: {maze} does not hold sudoku puzzles", "does not solve its puzzle"
+    )
+    assert not (tmp_path / "run").exists()
+    result = cli("run", tiny.spec, "--set", "data.source=maze", "--out", tmp_path / "run")
+    assert_one_line_error(result, "does not hold maze puzzles", "not a path from S to G")
+    assert not (tmp_path / "run").exists()
+    result = cli("run", tiny.spec, "--set", "data.source=arc", "--out", tmp_path / "run")
+    assert_one_line_error(result, "does not hold arc puzzles", "ARC's has 12")
+
+
+def test_a_dataset_whose_build_record_names_another_source_is_not_that_sources(tiny, tmp_path):
+    import shutil
+
+    from trm.plan.dataset import dataset_problem
+
+    class Unjudging:  # a source without dataset_problem: only the record can tell
+        name = "maze"
+
+    copied = shutil.copytree(tiny.data, tmp_path / "data")
+    assert dataset_problem(Unjudging(), copied, "train") is None
+    (copied / "build.json").write_text('{"source": "sudoku", "options": {}, "seed": 0}')
+    assert "the 'sudoku' source built it" in dataset_problem(Unjudging(), copied, "train")
+
+
 # ---------------------------------------------------------------- spec files and options
 
 

@@ -249,3 +249,26 @@ def test_model_card_options_with_the_reference_format_are_refused(tiny, tmp_path
     result = cli("export", tiny.run, "--format", "reference", "--out", out, "--license", "mit")
     assert_one_line_error(result, "--license and --dataset", "--format hf")
     assert not out.exists()
+
+
+def test_the_model_cards_metadata_reads_back_as_given_with_any_text():
+    from huggingface_hub import ModelCard
+
+    from trm.data.shape import DatasetShape
+    from trm.interop.hf_card import RunRecord, model_card
+    from trm.spec import load_spec, resolve_spec_path
+
+    spec = load_spec(resolve_spec_path("quickstart"))
+    shape = DatasetShape(seq_len=16, vocab_size=6, num_puzzle_identifiers=1)
+    record = RunRecord(None, None, None, None, None, None, None)
+    datasets = ("user/😀", "ünï/çødé: ü", "a\u2028b", "- x", "null")
+    text = model_card(spec, shape, record, 12, True, "apache-2.0", datasets)
+    _, front, _ = text.split("---\n", 2)
+    meta = yaml.safe_load(front)
+    assert meta["datasets"] == list(datasets) and meta["license"] == "apache-2.0"
+    assert "😀" in front  # written as the character, not as an escape
+    card = ModelCard(text)  # the Hub's own reader agrees
+    assert card.data.datasets == list(datasets) and card.data.library_name == "trm"
+    plain = model_card(spec, shape, record, 12, True, None, ())
+    meta = yaml.safe_load(plain.split("---\n", 2)[1])
+    assert "license" not in meta and "datasets" not in meta

@@ -3,6 +3,7 @@ each task of a mixed model, the leak refusal and bad ``[[data.mix]]`` tables."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -174,6 +175,45 @@ def test_weighted_sampling_follows_weights_and_is_a_function_of_seed_and_step(mi
     assert sorted(sudoku_rows[:48]) == list(range(48))
 
 
+def test_each_steps_draw_is_found_without_the_steps_before_it(mixed_run):
+    index = SplitIndex(open_split(mixed_run.data / "train"))
+    weights = np.array([3.0, 1.0])
+    # chunks of two steps, so that the walk crosses many chunks
+    walked = MixSampler(index, weights, 16, seed=5, max_chunk_rows=64)
+    assert walked.chunk_steps == 2
+    draws = [walked._draw(s) for s in range(41)]
+    for (start, counts), (following, _) in itertools.pairwise(draws):
+        assert counts.sum() == 16 and (counts >= 0).all()
+        assert np.array_equal(start + counts, following)  # each task's stream, without gaps
+    for step in (40, 7, 0, 33):  # a resume at any step, in any order, reads the same rows
+        fresh = MixSampler(index, weights, 16, seed=5, max_chunk_rows=64)
+        assert np.array_equal(fresh._draw(step)[0], draws[step][0])
+        assert np.array_equal(fresh.examples_for_step(step), walked.examples_for_step(step))
+    # the default chunk holds every step of a run this size: the same draw law, other draws
+    whole = MixSampler(index, weights, 16, seed=5)
+    assert whole.chunk_steps * 16 < 10**9 <= 2 * whole.chunk_steps * 16
+    assert np.array_equal(whole._draw(12_345_678)[0], whole._draw(12_345_678)[0])
+
+
+def test_the_mix_samplers_memory_does_not_grow_with_the_steps(mixed_run):
+    import tracemalloc
+
+    index = SplitIndex(open_split(mixed_run.data / "train"))
+    sampler = MixSampler(index, np.array([3.0, 1.0]), 16, seed=5)
+    sampler.examples_for_step(1_000)  # the tasks' epoch orders cached
+    tracemalloc.start()
+    try:
+        sampler.examples_for_step(1_001)
+        before = tracemalloc.get_traced_memory()[0]
+        for step in range(1_002, 6_002):
+            sampler.rows_per_task(step)
+        sampler.examples_for_step(6_002)
+        grown_bytes = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown_bytes < 64 * 1024  # one array a step kept would be 5,000 of ~100 bytes
+
+
 def test_resumed_mixed_run_matches_an_uninterrupted_one(mixed_run, tmp_path):
     from trm.cli.main import main
 
@@ -244,6 +284,50 @@ def test_bad_mix_tables_are_one_line_errors(cli, tmp_path, name, extra, weight, 
     spec = write_mix_spec(tmp_path, sudoku_weight=weight, extra=extra)
     result = cli("run", spec, "--out", tmp_path / "run")
     assert_one_line_error(result, "data.mix", fragment)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "fragment"),
+    [
+        ("bogus = 3", "unknown key(s) bogus in [data.mix[1].generate]"),
+        ("min_walls = 400", "data.mix[1].generate.min_walls and max_walls must satisfy"),
+    ],
+)
+def test_a_bad_generate_option_of_the_last_table_builds_nothing_and_leaves_nothing(
+    cli, tmp_path, option, fragment
+):
+    spec = write_mix_spec(tmp_path)
+    text = spec.read_text().replace("min_walls = 1\n", f"min_walls = 1\n{option}\n")
+    spec.write_text(text.replace("min_walls = 1\nmin_walls = 400", "min_walls = 400"))
+    given = tmp_path / "given"
+    given.mkdir()
+    result = cli("run", spec, "--out", given)
+    assert_one_line_error(result, fragment)
+    assert "building" not in result.err  # the Sudoku table before it was not built either
+    assert list(given.iterdir()) == []  # no data-mix/, no .lock
+    assert_one_line_error(cli("run", spec, "--out", tmp_path / "new"), fragment)
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_table_whose_dir_holds_another_sources_dataset_is_refused(cli, mixed_run, tmp_path):
+    maze = mixed_run.run_dir / "data-mix" / "maze" / "data"
+    sudoku = mixed_run.run_dir / "data-mix" / "sudoku4" / "data"
+    spec = tmp_path / "dirs.toml"
+    tables = "".join(
+        f'\n[[data.mix]]\nname = "{name}"\nsource = "{source}"\ndir = "{folder}"\n'
+        for name, source, folder in (("s", "sudoku", maze), ("m", "maze", maze))
+    )
+    spec.write_text(MODEL + tables)
+    result = cli("run", spec, "--out", tmp_path / "run")
+    assert_one_line_error(
+        result, f"data.mix[0].dir: {maze} does not hold sudoku puzzles", "data.mix[0].source"
+    )
+    assert not (tmp_path / "run").exists()
+    swapped = spec.read_text().replace(f'"maze"\ndir = "{maze}"', f'"maze"\ndir = "{sudoku}"')
+    spec.write_text(swapped.replace(f'"sudoku"\ndir = "{maze}"', f'"sudoku"\ndir = "{sudoku}"'))
+    result = cli("run", spec, "--out", tmp_path / "run")
+    assert_one_line_error(result, f"data.mix[1].dir: {sudoku} does not hold maze puzzles")
     assert not (tmp_path / "run").exists()
 
 

@@ -240,3 +240,158 @@ def test_the_memory_estimate_of_lion_is_one_moment_below_adam_atan2s():
     assert adam["optimizer states"] == 2 * one_moment_bytes
     assert lion_items["optimizer states"] == one_moment_bytes
     assert sum(adam.values()) - sum(lion_items.values()) == one_moment_bytes
+
+
+# ------------------------------------------------------------------ a plugin's wrong answers
+
+
+def _sgd(params: list[torch.nn.Parameter], train) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=train.lr)
+
+
+class _NoZeroGrad:
+    """What a careless build might return: param groups, but none of the methods."""
+
+    param_groups: list = [{}]  # noqa: RUF012
+
+
+def _raise(exc: Exception):
+    raise exc
+
+
+# (case, what the hook answers, fragments of the one error line)
+WRONG_ANSWERS = [
+    (
+        "hook-raises",
+        lambda: _raise(RuntimeError("boom")),
+        ["plugin 'Mine' failed in dense_optimizers: RuntimeError: boom"],
+    ),
+    ("an-int", lambda: 3, ["plugin 'Mine' answered dense_optimizers with 3"]),
+    ("a-text", lambda: "mine", ["plugin 'Mine' answered dense_optimizers with 'mine'"]),
+    ("a-dict", lambda: {"mine": 1}, ["plugin 'Mine' answered dense_optimizers with {'mine': 1}"]),
+    ("a-list-of-junk", lambda: [1, "x"], ["plugin 'Mine'", "1 is not a trm.model.DenseOptimizer"]),
+    (
+        "build-raises",
+        lambda: [DenseOptimizer("mine", lambda p, t: 1 / 0, 4)],
+        ["optimizer 'mine' (plugin 'Mine')", "build raised ZeroDivisionError"],
+    ),
+    (
+        "build-answers-none",
+        lambda: [DenseOptimizer("mine", lambda p, t: None, 4)],
+        ["optimizer 'mine' (plugin 'Mine')", "build answered None", "torch.optim.Optimizer"],
+    ),
+    (
+        "build-answers-a-text",
+        lambda: [DenseOptimizer("mine", lambda p, t: "sgd", 4)],
+        ["optimizer 'mine' (plugin 'Mine')", "build answered 'sgd'"],
+    ),
+    (
+        "build-not-callable",
+        lambda: [DenseOptimizer("mine", "sgd", 4)],
+        ["plugin 'Mine'", "entry 'mine': its build 'sgd' is not callable"],
+    ),
+    (
+        "state-size-a-text",
+        lambda: [DenseOptimizer("mine", _sgd, "four")],
+        ["plugin 'Mine'", "state_bytes_per_element 'four' is not a whole number"],
+    ),
+    (
+        "state-size-negative",
+        lambda: [DenseOptimizer("mine", _sgd, -4)],
+        ["plugin 'Mine'", "state_bytes_per_element -4 is not a whole number"],
+    ),
+    (
+        "no-zero-grad",
+        lambda: [DenseOptimizer("mine", lambda p, t: _NoZeroGrad(), 4)],
+        ["optimizer 'mine' (plugin 'Mine')", "which has no zero_grad, step"],
+    ),
+]
+
+
+def _plugin_answering(answer):
+    class Mine:
+        @trm.hookimpl
+        def dense_optimizers(self):
+            return answer()
+
+    return Mine()
+
+
+@pytest.mark.parametrize(
+    ("answer", "fragments"),
+    [case[1:] for case in WRONG_ANSWERS],
+    ids=[case[0] for case in WRONG_ANSWERS],
+)
+def test_a_plugins_wrong_answer_is_one_error_naming_it_and_nothing_is_written(
+    tmp_path, answer, fragments
+):
+    out = tmp_path / "given"
+    out.mkdir()  # an empty folder given as out= stays empty: no .lock, no run files
+    with pytest.raises(trm.TrmError) as refused:
+        trm.train(
+            "quickstart",
+            out=out,
+            plugins=[_plugin_answering(answer)],
+            overrides={"train.optimizer": "mine"},
+            max_steps=1,  # on a build where the answer passed, the test ends soon
+        )
+    message = str(refused.value)
+    assert "\n" not in message and "no:Mine" in message
+    for fragment in fragments:
+        assert fragment in message, message
+    assert list(out.iterdir()) == []
+    with pytest.raises(trm.TrmError):
+        trm.train(
+            "quickstart",
+            out=tmp_path / "new",
+            plugins=[_plugin_answering(answer)],
+            overrides={"train.optimizer": "mine"},
+            max_steps=1,  # on a build where the answer passed, the test ends soon
+        )
+    assert not (tmp_path / "new").exists()
+
+
+class HookAnswersAnInt:
+    """An installed plugin (through the entry point below) whose hook answers an int."""
+
+    ACTIVATION = "default"
+
+    @trm.hookimpl
+    def dense_optimizers(self):
+        return 4
+
+
+def test_an_installed_plugins_wrong_answer_is_one_line_on_the_command_line(
+    cli, tmp_path, monkeypatch
+):
+    from importlib import metadata
+
+    import trm.plugin_manager as plugin_manager
+
+    wrong = metadata.EntryPoint(
+        name="wrong", value="tests.test_optimizer_plugins:HookAnswersAnInt", group="trm.plugins"
+    )
+    real = plugin_manager._entry_points
+    monkeypatch.setattr(plugin_manager, "_entry_points", lambda: [*real(), wrong])
+    run_dir = tmp_path / "run"
+    result = cli("run", "quickstart", "--set", "train.optimizer=mine", "--out", run_dir)
+    assert_one_line_error(
+        result, "plugin 'wrong' answered dense_optimizers with 4", "--plugins no:wrong"
+    )
+    assert not run_dir.exists()
+    # switched off, it is out of the way: the built-in optimizers are offered as before
+    result = cli("estimate", "quickstart", "--plugins", "no:wrong")
+    assert result.code == 0, result.err
+
+
+def test_the_plugin_that_offered_an_entry_is_named_when_two_offer_one_name():
+    class Twin:
+        @trm.hookimpl
+        def dense_optimizers(self):
+            return [DenseOptimizer("adamw", _sgd, 4)]
+
+    from trm.plugin_manager import load_plugins
+
+    pm = load_plugins(extra_modules=[("twin", Twin())])
+    with pytest.raises(trm.TrmError, match=r"2 plugins \(adam, twin\) offer .* 'adamw'"):
+        pm.dense_optimizer("adamw")

@@ -241,8 +241,9 @@ def _claim_and_plan(
 ) -> tuple[IO[str] | None, Plan, Path, BudgetPlan | None]:
     """Rank 0: check, create and lock the run directory, check the reuse rules (``--resume``,
     ``--replace``), then plan and build the data. Returns the lock (the caller closes it)
-    and the plan. A refusal (TrmError) closes the lock and removes the lock file and the
-    folders this call created, so bad input leaves no trace."""
+    and the plan. A refusal (TrmError) — or any other failure before training starts —
+    closes the lock and removes the lock file and the folders this call created, so bad
+    input leaves no trace."""
     created = _missing_folders(run_dir)
     had_lock_file = (run_dir / LOCK_FILE).exists()
     lock = None
@@ -251,7 +252,7 @@ def _claim_and_plan(
         lock = lock_run_dir(run_dir)
         check_reuse(run_dir, spec, options.resume, options.replace)
         return (lock, *_plan(options, pm, spec, run_dir, True, log))
-    except TrmError:
+    except BaseException:
         if lock is not None:
             lock.close()
         _undo_preflight(run_dir, created, had_lock_file)

@@ -41,6 +41,13 @@ class DataSource(Protocol):
         Raise TrmError for impossible options before anything is built (``trm data build``
         calls it before touching ``--out``).
 
+    ``dataset_problem(metadata, inputs, labels) -> str | None``
+        Why a built dataset is not this source's puzzles, in a few words (``"its vocabulary
+        has 6 tokens, a 6x6 Sudoku's has 8"``), or None when it reads as this task; given
+        the split's :class:`trm.data.puzzle_dataset.PuzzleDatasetMetadata` and its first
+        rows (int64 ``[rows, seq_len]``). A run refuses a ``data.dir`` (or a ``[[data.mix]]``
+        table's ``dir``) its source answers a problem for, before anything is written.
+
     ``task_metrics(inputs, labels, predictions) -> dict[str, np.ndarray]``
         The task's own scores of a batch (int token arrays ``[B, seq_len]``; ``labels`` has
         -100 where a cell is not scored; ``predictions`` are the model's tokens for every

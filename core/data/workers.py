@@ -36,6 +36,12 @@ class WorkerDied(RuntimeError):
     """A worker process ended before answering its job (killed, out of memory, crashed)."""
 
 
+class UnreadableAnswer(RuntimeError):
+    """A worker's answer could not be read back in the caller (its unpickling raised: an
+    exception whose class cannot be rebuilt from its arguments, a class of a module the
+    caller cannot import)."""
+
+
 def serve() -> None:
     """A worker's loop: answer ``(ok, value)`` to each ``(function, job)`` from stdin, where
     ``value`` is the function's result, or the exception it raised; return at end of input.
@@ -107,7 +113,9 @@ class WorkerPool:
 
     def imap(self, work: Callable[[Job], Result], jobs: Sequence[Job]) -> Iterator[Result]:
         """``work(job)`` for each job, yielded in the jobs' order as they are done; the first
-        failure (in order) raises the job's own exception, or :class:`WorkerDied`."""
+        failure (in order) raises the job's own exception, :class:`WorkerDied`, or
+        :class:`UnreadableAnswer` (a worker whose answer could not be read is not asked
+        again). Every job a worker takes is answered, so this never waits forever."""
         answers: dict[int, tuple[bool, Any]] = {}
         ready = threading.Condition()
         queue = iter(enumerate(jobs))
@@ -120,7 +128,10 @@ class WorkerPool:
                 if item is None:
                     return
                 index, job = item
-                answer = _ask(proc.stdin, proc.stdout, work, job)
+                try:
+                    answer = _ask(proc.stdin, proc.stdout, work, job)
+                except BaseException as exc:  # every job taken gets an answer, or imap waits
+                    answer = (False, _unreadable(work, exc))
                 if answer is None:
                     code = proc.wait()
                     answer = (False, WorkerDied(f"a data worker process ended (exit code {code})"))
@@ -144,6 +155,13 @@ class WorkerPool:
             if not ok:
                 raise value
             yield value
+
+
+def _unreadable(work: Callable[[Any], Any], exc: BaseException) -> UnreadableAnswer:
+    name = getattr(work, "__name__", repr(work))
+    return UnreadableAnswer(
+        f"a data worker's answer to {name} could not be read: {type(exc).__name__}: {exc}"
+    )
 
 
 def _ask(

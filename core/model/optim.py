@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..spec import TrainSpec
-from .dense_optimizer import DenseOptimizer, choose_dense_optimizer
+from .dense_optimizer import DenseOptimizer, build_checked, choose_dense_optimizer
 from .sparse_embedding import SignSGDSparse
 
 
@@ -166,7 +166,8 @@ def build_optimizers(
     built over every trainable parameter with ``train.lr``, ``(beta1, beta2)`` and
     ``weight_decay``; the sparse one gets ``puzzle_emb_lr``/``puzzle_emb_weight_decay``.
     Each param group records its base learning rate under ``"base_lr"`` for
-    :func:`lr_at_step`. TrmError when ``dense`` is None and the name is not built in.
+    :func:`lr_at_step`. TrmError when ``dense`` is None and the name is not built in, and when
+    its build fails or makes no optimizer (:func:`~trm.model.dense_optimizer.build_checked`).
     """
     if dense is None:
         dense = choose_dense_optimizer(BUILT_IN_OPTIMIZERS, train.optimizer)
@@ -179,7 +180,7 @@ def build_optimizers(
         sparse.param_groups[0]["base_lr"] = train.puzzle_emb_lr
         optimizers.append(sparse)
     params = [p for p in model.parameters() if p.requires_grad]
-    dense_optimizer = dense.build(params, train)
+    dense_optimizer = build_checked(dense, params, train)
     for group in dense_optimizer.param_groups:
         group["base_lr"] = train.lr
     optimizers.append(dense_optimizer)

@@ -7,6 +7,10 @@ the train split's shape.
 is swapped in when complete, so an interrupted build leaves the old data (or none), never
 half a dataset.
 
+A dataset given by ``data.dir`` must be its source's: one whose build record names another
+source, or whose first train rows the source's optional ``dataset_problem`` says are not its
+puzzles (a maze dataset under ``source = "sudoku"``), is refused before anything is written.
+
 The shape (:class:`trm.data.shape.DatasetShape`) is needed before the data exist (memory and
 time estimates). In order of preference: ``data.dir``'s dataset.json; data already built in
 the run directory from this recipe; the source's promise (an optional method
@@ -25,6 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from trm.data.puzzle_dataset import open_split
 from trm.data.shape import DatasetShape, read_shape
 from trm.data.source import DataSource
 from trm.errors import TrmError
@@ -35,6 +42,8 @@ from trm.plugin_manager import TrmPluginManager
 from trm.spec import CONVERTER, RunSpec, structure_strict
 
 Log = Callable[[str], None]
+# How many of a given dataset's first train rows its source reads to say whether they are its.
+CHECKED_ROWS = 8
 
 
 def data_sources(pm: TrmPluginManager) -> dict[str, DataSource]:
@@ -79,6 +88,68 @@ def given_data_dir(spec: RunSpec) -> Path | None:
     )
 
 
+def _recorded_source(data_dir: Path) -> str | None:
+    """The source named by ``data_dir``'s build record, or None (no record, unreadable)."""
+    try:
+        record = json.loads((data_dir / BUILD_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    source = record.get("source") if isinstance(record, dict) else None
+    return source if isinstance(source, str) else None
+
+
+def dataset_problem(source: DataSource, data_dir: Path, split: str) -> str | None:
+    """Why the dataset at ``data_dir`` is not ``source``'s, or None when nothing says so:
+    its build record names another source, or the source's optional
+    ``dataset_problem(metadata, inputs, labels)`` finds its first :data:`CHECKED_ROWS` rows
+    of ``split`` are not its puzzles. TrmError when the split cannot be read."""
+    recorded = _recorded_source(data_dir)
+    if recorded is not None and recorded != source.name:
+        return f"its build record says the {recorded!r} source built it"
+    judge = getattr(source, "dataset_problem", None)
+    if not callable(judge):
+        return None
+    opened = open_split(data_dir / split)
+    for puzzle_set in opened.sets.values():
+        if puzzle_set.num_examples:
+            rows = slice(0, CHECKED_ROWS)
+            inputs = np.asarray(puzzle_set.inputs[rows], dtype=np.int64)
+            labels = np.asarray(puzzle_set.labels[rows], dtype=np.int64)
+            return judge(opened.metadata, inputs, labels)
+    return None
+
+
+def checked_data_dir(pm: TrmPluginManager, spec: RunSpec) -> Path | None:
+    """:func:`given_data_dir`, with the dataset there checked against ``data.source``:
+    TrmError (``data.dir: …``) when it is another source's (:func:`dataset_problem`)."""
+    given = given_data_dir(spec)
+    if given is None:
+        return None
+    source = find_data_source(pm, spec.data.source)
+    problem = dataset_problem(source, given, spec.data.train_split)
+    if problem is not None:
+        raise TrmError(
+            f"data.dir: {given} does not hold {source.name} puzzles ({problem}); point "
+            f"data.dir at a dataset of {source.name} puzzles, or set data.source to the "
+            "dataset's source"
+        )
+    return given
+
+
+def check_data(pm: TrmPluginManager, spec: RunSpec) -> None:
+    """What a single-dataset spec's ``[data]`` names, checked before anything is built: a
+    known source; a ``data.dir`` that exists and holds that source's puzzles
+    (:func:`checked_data_dir`); else ``[data.generate]`` options the source takes, and
+    accepts (its optional ``validate_options``). TrmError naming the key otherwise."""
+    if checked_data_dir(pm, spec) is not None:
+        return
+    source = find_data_source(pm, spec.data.source)
+    options = build_options(source, spec.data.generate, "data.generate")
+    validate = getattr(source, "validate_options", None)
+    if callable(validate):
+        validate(options)
+
+
 def build_recipe(source: DataSource, spec: RunSpec) -> dict[str, Any]:
     """What a built dataset depends on: the source, its options and the seed."""
     options = build_options(source, spec.data.generate, "data.generate")
@@ -100,8 +171,8 @@ def ensure_dataset(pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log)
     """The dataset directory the run reads: ``data.dir``, or one built into ``run_dir/data``
     (for ``[[data.mix]]``, the mixed dataset: :func:`trm.plan.mix.ensure_mix`)."""
     if spec.data.is_mix:
-        return ensure_mix(pm, spec, run_dir, log, ensure_dataset)
-    given = given_data_dir(spec)
+        return ensure_mix(pm, spec, run_dir, log, ensure_dataset, check_data)
+    given = checked_data_dir(pm, spec)
     if given is not None:
         return given
     source = find_data_source(pm, spec.data.source)
@@ -131,9 +202,9 @@ def dataset_shape(
     are built once, not twice.
     """
     if spec.data.is_mix:
-        return mix_shape(pm, spec, run_dir, log, build, dataset_shape)
+        return mix_shape(pm, spec, run_dir, log, build, dataset_shape, check_data)
     split = spec.data.train_split
-    given = given_data_dir(spec)
+    given = checked_data_dir(pm, spec)
     if given is not None:
         return read_shape(given, split)
     source = find_data_source(pm, spec.data.source)

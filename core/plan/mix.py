@@ -19,9 +19,10 @@ and the run is refused before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,8 @@ from trm.spec import DataSpec, MixEntry, RunSpec
 Log = Callable[[str], None]
 PARTS = "data-mix"
 AUGMENTATION_SEPARATOR = "|||"
+# The keys of a [[data.mix]] table that a single dataset's [data] has too.
+ENTRY_KEYS = ("source", "dir", "generate")
 
 
 def entry_spec(spec: RunSpec, entry: MixEntry) -> RunSpec:
@@ -68,6 +71,39 @@ def part_run_dir(run_dir: Path, entry: MixEntry) -> Path:
     return run_dir / PARTS / entry.task
 
 
+CheckData = Callable[[TrmPluginManager, RunSpec], None]
+
+
+def check_entries(pm: TrmPluginManager, spec: RunSpec, check_data: CheckData) -> None:
+    """Check every table's dataset with ``check_data`` (trm.plan.dataset's: the source, a
+    ``dir`` holding that source's puzzles, the ``[generate]`` options) before any is built,
+    so that a bad last table costs no build of the first. TrmError naming the table's keys
+    (``data.mix[1].generate.size …``, not ``data.generate.size``)."""
+    for n, entry in enumerate(spec.data.mix):
+        try:
+            check_data(pm, entry_spec(spec, entry))
+        except TrmError as error:
+            message = error.message
+            for key in ENTRY_KEYS:
+                message = message.replace(f"data.{key}", f"data.mix[{n}].{key}")
+            if not message.startswith(f"data.mix[{n}]"):
+                message = f"data.mix[{n}] ({entry.task}): {message}"
+            raise TrmError(message) from None
+
+
+@contextlib.contextmanager
+def _parts_removed_on_refusal(run_dir: Path) -> Iterator[None]:
+    """On a TrmError inside, remove ``run_dir/data-mix`` when it was not there before, so
+    that a refused mix leaves nothing behind."""
+    parts_before = (run_dir / PARTS).exists()
+    try:
+        yield
+    except TrmError:
+        if not parts_before:
+            shutil.rmtree(run_dir / PARTS, ignore_errors=True)
+        raise
+
+
 def mix_shape(
     pm: TrmPluginManager,
     spec: RunSpec,
@@ -75,13 +111,18 @@ def mix_shape(
     log: Log | None,
     build: bool,
     task_shape: Callable[..., DatasetShape],
+    check_data: CheckData,
 ) -> DatasetShape:
     """The mixed train split's shape, from each task's (``task_shape``:
-    trm.plan.dataset.dataset_shape, which calls this for a mix)."""
-    shapes = [
-        task_shape(pm, entry_spec(spec, e), part_run_dir(run_dir, e), log, build)
-        for e in spec.data.mix
-    ]
+    trm.plan.dataset.dataset_shape, which calls this for a mix), after every table is checked
+    (:func:`check_entries`). With ``build`` a task may be built into ``run_dir/data-mix``;
+    a refusal removes that folder again when this run made it."""
+    check_entries(pm, spec, check_data)
+    with _parts_removed_on_refusal(run_dir):
+        shapes = [
+            task_shape(pm, entry_spec(spec, e), part_run_dir(run_dir, e), log, build)
+            for e in spec.data.mix
+        ]
     seq_len = max(s.seq_len for s in shapes)
     return DatasetShape(
         seq_len=seq_len,
@@ -100,25 +141,22 @@ def ensure_mix(
     run_dir: Path,
     log: Log,
     ensure_dataset: Callable[[TrmPluginManager, RunSpec, Path, Log], Path],
+    check_data: CheckData,
 ) -> Path:
     """The mixed dataset the run reads (``run_dir/data``), built when missing or stale; each
-    task's dataset found or built by ``ensure_dataset`` (trm.plan.dataset's, which calls
-    this for a mix).
+    task's dataset checked (:func:`check_entries`), then found or built by
+    ``ensure_dataset`` (trm.plan.dataset's, which calls this for a mix).
 
-    TrmError (``data.mix: …``) for a leak between the datasets; a task this call built for
-    the refused mix is removed again, so the refusal leaves nothing behind."""
-    parts_before = (run_dir / PARTS).exists()
+    TrmError (``data.mix: …``) for a bad table or a leak between the datasets; a task this
+    call built for the refused mix is removed again, so the refusal leaves nothing behind."""
+    check_entries(pm, spec, check_data)
     folders = []
-    try:
+    with _parts_removed_on_refusal(run_dir):
         for entry in spec.data.mix:
             folders.append(
                 ensure_dataset(pm, entry_spec(spec, entry), part_run_dir(run_dir, entry), log)
             )
         check_no_leak([e.task for e in spec.data.mix], folders, spec.data)
-    except TrmError:
-        if not parts_before:
-            shutil.rmtree(run_dir / PARTS, ignore_errors=True)
-        raise
     out = run_dir / "data"
     record = {
         "mix": [

@@ -20,6 +20,7 @@ from trm.data.symmetry import check_attempts
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile, merge_profiles
 from trm.memory import MODES, MemoryEstimate, collect_estimate
+from trm.model.dense_optimizer import check_builds
 from trm.plan.dataset import dataset_shape, find_data_source
 from trm.plugin_manager import TrmPluginManager
 from trm.runtime import RuntimeChoice
@@ -174,11 +175,12 @@ def check_device(pm: TrmPluginManager, device: str) -> None:
 
 def check_spec(pm: TrmPluginManager, spec: RunSpec, log: Log | None = None) -> None:
     """Refuse a ``runtime.device`` no backend claims, a ``train.optimizer`` no enabled plugin
-    offers (or whose package is missing), ``[plugins.NAME]`` tables that name no installed
+    offers (or whose package is missing, or whose plugin answers what cannot work: a trial
+    build over one parameter), ``[plugins.NAME]`` tables that name no installed
     plugin (a typo), note those of plugins that are off, then let every enabled
     plugin check the spec (``check_spec``)."""
     check_device(pm, spec.runtime.device)
-    pm.dense_optimizer(spec.train.optimizer)
+    check_builds(pm.dense_optimizer(spec.train.optimizer), spec.train)
     installed = {info.name: info.enabled for info in pm.infos}
     for name in spec.plugins:
         if name not in installed:

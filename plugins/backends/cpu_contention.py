@@ -1,9 +1,11 @@
 """How many of this process's CPUs other processes keep busy, and the thread count that
 follows it (a helper for the cpu backend; not a plugin itself).
 
-The reading: the busy and total time of each CPU this process may run on (Linux
-``/proc/stat``, in clock ticks) and this process's own CPU time, taken twice; the CPUs'
-busy time minus this process's own, over the window, is what other processes held, in CPUs.
+The reading: the busy and total time of each CPU this process may run on and the CPU time
+of trm's own processes — this one, every process it started that still runs (data workers,
+a sweep's trial workers) and those it has waited for — taken twice, by psutil on every
+platform; the CPUs' busy time minus trm's own, over the window, is what other processes
+held, in CPUs.
 The load average is not used: it is a one-minute damped mean (a process started ten
 seconds ago shows as a sixth of one), it counts tasks waiting on disk that hold no CPU, and it
 cannot tell trm's own threads from others'.
@@ -15,10 +17,11 @@ for it at every parallel region, so a thread fewer is faster than a thread that 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
+from typing import Any
 
+import psutil
 from attrs import define, frozen
 
 # Seconds the first reading spans, before training: long enough to see a busy process.
@@ -32,7 +35,8 @@ SETTLE_READINGS = 2
 @frozen
 class CpuTimes:
     """One reading: ``busy_s`` and ``total_s`` summed over ``cpus`` CPUs (those this process
-    may use), this process's own CPU time ``own_s``, and ``wall_s`` a monotonic clock."""
+    may use), the CPU time of trm's own processes ``own_s`` (:func:`own_cpu_s`), and
+    ``wall_s`` a monotonic clock."""
 
     cpus: int
     busy_s: float
@@ -41,29 +45,55 @@ class CpuTimes:
     wall_s: float
 
 
-def read_cpu_times() -> CpuTimes | None:
-    """This machine's reading now; None where ``/proc/stat`` cannot be read (not Linux)."""
-    try:
-        lines = open("/proc/stat", encoding="ascii").read().splitlines()  # noqa: SIM115
-        mine = os.sched_getaffinity(0)
-        tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
-    except (OSError, AttributeError, ValueError):
-        return None
-    busy = total = 0
-    cpus = 0
-    for line in lines:
-        name, _, rest = line.partition(" ")
-        if not (name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in mine):
+def own_cpu_s(process: Any) -> float:
+    """CPU seconds (user and system) of ``process`` (a ``psutil.Process``), of each of its
+    descendants still running, and of the children it has waited for. A descendant that
+    ends while it is read is left out."""
+    times = process.cpu_times()
+    total = times.user + times.system + times.children_user + times.children_system
+    for child in process.children(recursive=True):
+        try:
+            child_times = child.cpu_times()
+        except psutil.Error:  # ended (or out of reach) meanwhile
             continue
-        # user nice system idle iowait irq softirq steal (guest time is inside user)
-        values = [int(v) for v in rest.split()[:8]]
-        idle = values[3] + values[4]
-        total += sum(values)
-        busy += sum(values) - idle
-        cpus += 1
-    if cpus == 0:
+        total += child_times.user + child_times.system
+    return float(total)
+
+
+def _busy_and_total_s(times: Any) -> tuple[float, float]:
+    """One CPU's busy and total seconds from psutil's ``cpu_times(percpu=True)`` entry: the
+    guest fields are left out of the total (Linux counts them in ``user`` already), and
+    waiting on disk (``iowait``) is idle."""
+    fields = times._asdict()
+    total = sum(fields.values()) - fields.get("guest", 0.0) - fields.get("guest_nice", 0.0)
+    idle = fields["idle"] + fields.get("iowait", 0.0)
+    return total - idle, total
+
+
+def read_cpu_times(
+    process: Any = None, per_cpu: Callable[[], list[Any]] | None = None
+) -> CpuTimes | None:
+    """This machine's reading now (``process``: this process; ``per_cpu``: psutil's
+    per-CPU times, both injectable); None where psutil cannot read them."""
+    try:
+        process = process if process is not None else psutil.Process()
+        cpus = per_cpu() if per_cpu is not None else psutil.cpu_times(percpu=True)
+        try:
+            mine = set(process.cpu_affinity())
+        except (AttributeError, psutil.Error):  # macOS has no affinity: every CPU
+            mine = set(range(len(cpus)))
+        own_s = own_cpu_s(process)
+    except (psutil.Error, OSError):
         return None
-    return CpuTimes(cpus, busy * tick_s, total * tick_s, time.process_time(), time.monotonic())
+    busy = total = 0.0
+    used = 0
+    for number, times in enumerate(cpus):
+        if number in mine:
+            cpu_busy, cpu_total = _busy_and_total_s(times)
+            busy, total, used = busy + cpu_busy, total + cpu_total, used + 1
+    if used == 0:
+        return None
+    return CpuTimes(used, busy, total, own_s, time.monotonic())
 
 
 def others_busy_cpus(before: CpuTimes, after: CpuTimes) -> float:

@@ -122,17 +122,18 @@ def read_run_record(run: Path, step: int, split: str) -> RunRecord:
 
 
 def _front_matter(spec: RunSpec, license_id: str | None, datasets: tuple[str, ...]) -> str:
-    """YAML front matter; every value a JSON string, which YAML reads as written."""
-    tags = ["trm", "tiny-recursive-model", "puzzle-solving", spec.data.source]
-    lines = ["---", "library_name: trm", "tags:"]
-    lines += [f"- {json.dumps(tag)}" for tag in tags]
-    if license_id:
-        lines.append(f"license: {json.dumps(license_id)}")
-    if datasets:
-        lines.append("datasets:")
-        lines += [f"- {json.dumps(name)}" for name in datasets]
-    lines.append("---")
-    return "\n".join(lines)
+    """YAML front matter, written by the Hub's own card tools (``huggingface_hub``'s
+    :class:`ModelCardData`), so that any text — a dataset name with an emoji, a colon —
+    reads back as given."""
+    from huggingface_hub import ModelCardData
+
+    data = ModelCardData(
+        library_name="trm",
+        tags=["trm", "tiny-recursive-model", "puzzle-solving", spec.data.source],
+        license=license_id or None,
+        datasets=list(datasets) or None,
+    )
+    return f"---\n{data.to_yaml()}\n---"
 
 
 def held_out_line(record: RunRecord) -> str:

@@ -487,6 +487,25 @@ class MazeSource:
         """True when the answer's ``o`` cells form a shortest S-G path of the question."""
         return grid.path_quality(question, answer)[1]
 
+    def dataset_problem(
+        self, metadata: PuzzleDatasetMetadata, inputs: np.ndarray, labels: np.ndarray
+    ) -> str | None:
+        """Why a dataset (its metadata and first rows) is not mazes: rows that are not a
+        square, another vocabulary than the maze's 6 tokens, a label whose ``o`` cells are
+        not a path from S to G of its maze. None when it reads as mazes."""
+        try:
+            grid.size_from_seq_len(metadata.seq_len)
+        except TrmError:
+            return f"its rows of {metadata.seq_len} cells are not a square maze"
+        if metadata.vocab_size != grid.VOCAB_SIZE:
+            return (
+                f"its vocabulary has {metadata.vocab_size} tokens, a maze's has {grid.VOCAB_SIZE}"
+            )
+        for row, (question, answer) in enumerate(zip(inputs, labels, strict=True)):
+            if not grid.path_quality(question, answer)[0]:
+                return f"the label of train row {row} is not a path from S to G of its maze"
+        return None
+
     def path_quality(self, question: np.ndarray, answer: np.ndarray) -> tuple[bool, bool]:
         """``(valid, optimal)``: see :func:`trm.plugins.tasks.maze.grid.path_quality`."""
         return grid.path_quality(question, answer)

@@ -538,6 +538,26 @@ class SudokuSource:
             return False
         return is_valid_solution(q_digits, grid.decode(answer))
 
+    def dataset_problem(
+        self, metadata: PuzzleDatasetMetadata, inputs: np.ndarray, labels: np.ndarray
+    ) -> str | None:
+        """Why a dataset (its metadata and first rows) is not Sudoku puzzles: rows that are
+        not a 4x4, 6x6 or 9x9 grid, another vocabulary than the grid's, a label that does
+        not solve its puzzle. None when it reads as Sudoku."""
+        try:
+            size = grid.size_from_seq_len(metadata.seq_len)
+        except TrmError:
+            return f"its rows of {metadata.seq_len} cells are not a 4x4, 6x6 or 9x9 grid"
+        if metadata.vocab_size != grid.vocab_size(size):
+            return (
+                f"its vocabulary has {metadata.vocab_size} tokens, a {size}x{size} Sudoku's "
+                f"has {grid.vocab_size(size)}"
+            )
+        for row, (question, answer) in enumerate(zip(inputs, labels, strict=True)):
+            if not self.check_answer(question, answer):
+                return f"the label of train row {row} does not solve its puzzle"
+        return None
+
     def answer_symmetries(
         self, seq_len: int, count: int, rng: np.random.Generator
     ) -> list[CellSymmetry]:
