@@ -158,6 +158,10 @@ GRID: list[tuple[Any, ...]] = [
         True,
         {**_MAZE_DATA, "global_batch": 24, "reuse": False},
     ),
+    # micro-batch 64 of the Sudoku attention network at hidden 256 and 512, both precisions
+    ("att h256 b64", {"hidden_size": 256, "num_heads": 4}, 64, "fp32"),
+    ("att h512 b64", {"hidden_size": 512}, 64, "fp32"),
+    ("att h512 b64 bf16", {"hidden_size": 512}, 64, "bf16"),
 ]
 
 
