@@ -14,8 +14,7 @@ import pytest
 import torch
 
 import trm
-
-from tests.tiny_run import build_tiny_data, events, write_spec
+from tests.tiny_run import build_tiny_data, events, summary, write_spec
 from trm.cli.main import main
 from trm.hardware import HardwareProfile
 from trm.plugins.backends import cpu
@@ -144,11 +143,12 @@ def test_the_watch_reads_nothing_before_its_interval():
 
 
 def _busy_after_start(monkeypatch) -> None:
-    """The start reads an idle machine of two cores; from then on one CPU is busy."""
+    """Each run's start reads an idle machine of two cores; from then on one CPU is busy."""
     monkeypatch.setattr(cpu, "_usable_cores", lambda _hardware: 2)
     machine = FakeMachine(others=0.0)
 
     def start() -> tuple[CpuTimes, float] | None:
+        machine.others = 0.0
         reading = measure_start(machine.read, sleep=lambda _s: None)
         machine.others = 1.0
         return reading
@@ -233,3 +233,29 @@ def test_estimate_gives_back_the_callers_thread_count(tmp_path: Path):
     torch.set_num_threads(3)
     trm.estimate("quickstart", overrides={"runtime.threads": 1}, out=tmp_path / "run")
     assert torch.get_num_threads() == 3
+
+
+@pytest.mark.slow
+def test_a_resumed_run_goes_on_with_its_checkpoints_threads_and_ends_bit_identical(
+    tmp_path: Path, monkeypatch
+):
+    """The default policy (threads 0) on a machine that gets busy after each start: the watch
+    drops to one thread at step 2. A run stopped at step 6 and resumed starts again on two
+    threads (the machine is idle at its start) unless it goes on with its checkpoint's one;
+    the sums of the two counts round differently, so only then are the weights those of the
+    uninterrupted run."""
+    _busy_after_start(monkeypatch)
+    data_dir = build_tiny_data(tmp_path / "data")
+    spec = write_spec(tmp_path, data_dir)
+    spec.write_text(spec.read_text().replace("threads = 1", "threads = 0"))
+    whole: list[int] = []
+    trm.train(spec, out=tmp_path / "whole", plugins=[ThreadsSeen(whole)])
+    first: list[int] = []
+    trm.train(spec, out=tmp_path / "cut", max_steps=6, plugins=[ThreadsSeen(first)])
+    rest: list[int] = []
+    trm.train(spec, out=tmp_path / "cut", plugins=[ThreadsSeen(rest)])
+    assert first + rest == whole and whole[:2] == [2, 2] and set(whole[2:]) == {1}
+    (row,) = events(tmp_path / "cut", "threads")[1:]
+    assert (row["step"], row["new"]) == (6, 1) and "checkpoint step 6" in row["reason"]
+    hashes = [summary(tmp_path / run)["final_weights_sha256"] for run in ("whole", "cut")]
+    assert hashes[0] == hashes[1]

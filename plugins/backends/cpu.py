@@ -178,6 +178,20 @@ class CpuBackend:
             self.watch = ThreadWatch(_usable_cores(hardware), choice.threads, self.start[0])
         return choice
 
+    @hookimpl
+    def on_train_start(self, state: TrainState, control: TrainControl) -> None:
+        """On a resumed run whose threads follow the machine, go on with the count its
+        checkpoint was written under (at most the usable cores); the watch follows the
+        machine from there. With the same count at every step, a resumed run ends
+        bit-identical to an uninterrupted one (docs/resilience.md)."""
+        recorded = state.checkpoint_threads
+        if self.watch is None or recorded is None:
+            return
+        count = min(recorded, self.watch.usable_cores)
+        self.watch.threads = count
+        if count != torch.get_num_threads():
+            control.set_threads(count, f"the count checkpoint step {state.step} was written under")
+
     def _fresh_start(self) -> bool:
         if self.start is None:
             return False
