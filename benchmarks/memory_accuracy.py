@@ -63,6 +63,17 @@ _SMALL = {"puzzle_emb_ndim": 0, "puzzle_emb_len": 1}
 _MAZE = {"hidden_size": 512, "num_heads": 8, "L_layers": 2, "H_cycles": 3, "L_cycles": 4}
 _MAZE_DATA = {"seq_len": 900, "vocab": 6, "identifiers": 1}
 _ARC_DATA = {"seq_len": 900, "vocab": 12, "identifiers": 10_000}
+# specs/quickstart.toml's network and data shape (4x4 Sudoku: 16 cells, 6 tokens)
+_QUICK = {
+    "num_heads": 4,
+    "H_cycles": 2,
+    "L_cycles": 3,
+    "mlp_t": True,
+    "halt_max_steps": 4,
+    "halt_exploration_prob": 0.1,
+    **_SMALL,
+}
+_QUICK_DATA = {"seq_len": 16, "vocab": 6, "identifiers": 1}
 GRID: list[tuple[Any, ...]] = [
     ("mlp h64 b1", {"hidden_size": 64, "num_heads": 4, "mlp_t": True, **_SMALL}, 1, "fp32"),
     ("mlp h64 b64", {"hidden_size": 64, "num_heads": 4, "mlp_t": True, **_SMALL}, 64, "fp32"),
@@ -158,6 +169,12 @@ GRID: list[tuple[Any, ...]] = [
         True,
         {**_MAZE_DATA, "global_batch": 24, "reuse": False},
     ),
+    # specs/quickstart.toml's network (4x4 Sudoku) widened to hidden 256 and 512, batch 64,
+    # in both precisions: the shapes of docs/hardware.md's whole-process check
+    ("quick h256 b64", {**_QUICK, "hidden_size": 256}, 64, "fp32", False, _QUICK_DATA),
+    ("quick h512 b64", {**_QUICK, "hidden_size": 512}, 64, "fp32", False, _QUICK_DATA),
+    ("quick h256 b64 bf16", {**_QUICK, "hidden_size": 256}, 64, "bf16", False, _QUICK_DATA),
+    ("quick h512 b64 bf16", {**_QUICK, "hidden_size": 512}, 64, "bf16", False, _QUICK_DATA),
 ]
 
 

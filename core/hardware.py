@@ -14,6 +14,7 @@ power, math libraries and cached benchmark figures; every backend — its device
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -142,6 +143,16 @@ class HardwareProfile:
             if speed.device == device or speed.device.split(":")[0] == device:
                 return speed
         return None
+
+
+def allowed_cpu_count() -> int:
+    """The logical CPUs this process may run on: its affinity mask where the OS keeps one
+    (Linux; a container's or ``taskset``'s limit shows there), else every logical CPU of the
+    machine; at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity masks (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
 
 
 def merge_profiles(parts: Iterable[HardwareProfile | None]) -> HardwareProfile:

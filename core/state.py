@@ -71,6 +71,9 @@ class TrainState:
     mix_layout: dict[str, Any] | None = None
     rank_parts: list[dict[str, Any]] | None = None
     snapshot: dict[str, Any] | None = None
+    # torch's intra-op thread count the resumed checkpoint was written under (None: not resumed,
+    # or a checkpoint that does not record it)
+    checkpoint_threads: int | None = None
 
     @property
     def device(self) -> torch.device:
@@ -88,6 +91,8 @@ class TrainState:
         (``activation_checkpointing``: memory-guard may have switched it on), the best
         evaluation, the resolved spec, the dataset shape and the trm version; ``device``, the
         device it trained on (a resume on another says so: trm.loop.device_failure);
+        ``threads``, torch's intra-op thread count for the steps after it (sums split by thread
+        count round differently, so a resume that means to be bit-identical goes on with it);
         ``world_size``, the number of processes that trained it. Under data parallelism
         (``rank_parts`` set) the carry is every rank's rows concatenated in rank order — the
         global carry, as one process holds it — and ``ranks`` lists each rank's RNG states
@@ -144,6 +149,7 @@ class TrainState:
             **({"mix_layout": self.mix_layout} if self.mix_layout is not None else {}),
             "rng": capture_rng(self.backend, self.device),
             "device": str(self.device),
+            "threads": torch.get_num_threads(),
             **extra,
         }
         payload = tensors_to_host(payload, self.backend, fresh)  # whatever the device
@@ -192,6 +198,9 @@ class TrainState:
         self.best_value = float(payload.get("best_value", self.best_exact_accuracy))
         self.last_eval = dict(payload.get("last_eval") or {})
         self.wall_s_before = float(payload.get("wall_s", 0.0))
+        threads = payload.get("threads")
+        recorded = isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1
+        self.checkpoint_threads = threads if recorded else None
         rng_note = ""
         if payload.get("rng") is not None:  # an imported checkpoint keeps the seeded RNGs
             rng_note = restore_rng(payload["rng"], self.backend, self.device)

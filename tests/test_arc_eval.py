@@ -349,7 +349,7 @@ def _reference_pass(task: ArcTask, rows: list[tuple[np.ndarray, float]], ks) -> 
 _EMPTY = np.ones(900, dtype=np.int64)  # an answer whose first cell is EOS: crops to 0x0
 
 # (case, answers as names, confidences, (pass@1, pass@2) by the reference's rules,
-#  (pass@1, pass@2) by trm's old rules)
+#  (pass@1, pass@2) by trm's own rules)
 VOTE_CASES = [
     ("exact tie, the answer first", "ab", [0.5, 0.5], (1.0, 1.0), (1.0, 1.0)),
     ("exact tie, the answer second", "ba", [0.5, 0.5], (0.0, 1.0), (1.0, 1.0)),
@@ -371,7 +371,7 @@ def test_the_vote_equals_the_reference_evaluator_on_ties_and_empty_crops(
     answers, confidences, reference, trm_rules
 ):
     task, a, b, c = _one_input_task()
-    # trm's old rule orders exact ties by the grid's bytes: c (1x1) before a before b
+    # trm's own rule orders exact ties by the grid's bytes: c (1x1) before a before b
     assert candidate_key(c) < candidate_key(a) < candidate_key(b)
     tokens = {"a": grids.encode(a), "b": grids.encode(b), "c": grids.encode(c), "e": _EMPTY}
     rows = [(tokens[n], q) for n, q in zip(answers, confidences, strict=True)]

@@ -152,6 +152,39 @@ def test_dense_attention_takes_no_mask() -> None:
     assert model.attention_mask(torch.device("cpu")) is None
 
 
+def _mask_by_hand(prefix: int, side: int, window: int) -> list[list[float]]:
+    """The additive window mask written out from the rule, one pair at a time."""
+    rows = []
+    for q in range(prefix + side * side):
+        row = []
+        for k in range(prefix + side * side):
+            if q < prefix or k < prefix:
+                allowed = True  # the prefix sees and is seen by everything
+            else:
+                (qr, qc), (kr, kc) = divmod(q - prefix, side), divmod(k - prefix, side)
+                allowed = abs(qr - kr) <= window and abs(qc - kc) <= window
+            row.append(0.0 if allowed else float("-inf"))
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_additive_mask_a_training_step_takes_holds_the_windows_values(dtype) -> None:
+    """Window 1 over a 4x4 grid after a 2-token prefix: the mask an eager step's attention
+    calls take (fp32, or bf16 under autocast) is 0 on the pairs of the window and -inf on the
+    rest, entry by entry."""
+    model = TinyRecursiveModel(attention_arch(attention_window=1), SIDE * SIDE, VOCAB, NUM_IDS)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+        mask = model.attention_mask(torch.device("cpu"))
+    assert isinstance(mask, torch.Tensor) and mask.dtype == dtype
+    assert mask.float().tolist() == _mask_by_hand(PREFIX, SIDE, 1)
+    cell = PREFIX + 1 * SIDE + 1  # row 1, column 1: a full 3x3 window, every prefix token
+    assert (mask[cell] == 0).sum() == PREFIX + 9
+    corner = PREFIX  # row 0, column 0: its 2x2 corner of the grid
+    assert mask[corner, PREFIX + 2].item() == float("-inf")  # row 0, column 2
+    assert mask[corner, PREFIX + SIDE + 1].item() == 0.0  # row 1, column 1
+
+
 def test_the_mask_is_built_once_per_device() -> None:
     model = TinyRecursiveModel(attention_arch(attention_window=1), SIDE * SIDE, VOCAB, NUM_IDS)
     first = model.attention_mask(torch.device("cpu"))

@@ -90,7 +90,7 @@ def test_cpu_precision_choice(setting, native, expected) -> None:
 
 
 def test_cpu_auto_precision_is_bf16_for_a_small_network_where_bf16_is_native(monkeypatch) -> None:
-    monkeypatch.setattr(cpu.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    monkeypatch.setattr(cpu, "allowed_cpu_count", lambda: 2)
     native = HardwareProfile(physical_cores=1, logical_cores=2, cpu_native_bf16=True)
     plain = HardwareProfile(physical_cores=1, logical_cores=2, cpu_native_bf16=False)
     assert cpu.configure_cpu(spec_with(SMALL), native).precision == "bf16"
@@ -101,7 +101,7 @@ def test_cpu_auto_precision_is_bf16_for_a_small_network_where_bf16_is_native(mon
 def test_cpu_backend_uses_physical_cores_and_answers_only_for_cpu(monkeypatch) -> None:
     monkeypatch.setattr(cpu, "cpp_compiler", lambda: "/usr/bin/g++")
     # The profile's two logical CPUs, whatever this process's own mask is (pytest -n pins).
-    monkeypatch.setattr(cpu.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    monkeypatch.setattr(cpu, "allowed_cpu_count", lambda: 2)
     hardware = HardwareProfile(physical_cores=1, logical_cores=2, cpu_native_bf16=True)
     choice = cpu.configure_cpu(spec_with(), hardware)
     assert choice.device == "cpu" and choice.threads == 1 and torch.get_num_threads() == 1

@@ -13,7 +13,8 @@ import attrs
 import pytest
 import torch
 
-from tests.tiny_run import build_tiny_data, events, write_spec
+import trm
+from tests.tiny_run import build_tiny_data, events, summary, write_spec
 from trm.cli.main import main
 from trm.hardware import HardwareProfile
 from trm.plugins.backends import cpu
@@ -91,7 +92,7 @@ def _spec(threads: int) -> RunSpec:
 
 
 def test_the_backend_counts_busy_cores_at_the_start_but_keeps_an_explicit_count(monkeypatch):
-    monkeypatch.setattr(cpu.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    monkeypatch.setattr(cpu, "allowed_cpu_count", lambda: 2)
     busy = FakeMachine(others=1.0)
     monkeypatch.setattr(
         cpu, "measure_start", functools.partial(measure_start, busy.read, sleep=lambda _s: None)
@@ -142,11 +143,12 @@ def test_the_watch_reads_nothing_before_its_interval():
 
 
 def _busy_after_start(monkeypatch) -> None:
-    """The start reads an idle machine of two cores; from then on one CPU is busy."""
+    """Each run's start reads an idle machine of two cores; from then on one CPU is busy."""
     monkeypatch.setattr(cpu, "_usable_cores", lambda _hardware: 2)
     machine = FakeMachine(others=0.0)
 
     def start() -> tuple[CpuTimes, float] | None:
+        machine.others = 0.0
         reading = measure_start(machine.read, sleep=lambda _s: None)
         machine.others = 1.0
         return reading
@@ -167,7 +169,6 @@ def test_a_run_records_and_says_the_thread_change(tmp_path: Path, monkeypatch, c
     assert (row["step"], row["old"], row["new"]) == (2, 2, 1)
     assert "other processes held 1.0 of the 2 CPUs" in row["reason"]
     assert "step 2: threads 2 -> 1: other processes held" in capsys.readouterr().err
-    assert torch.get_num_threads() == 1
 
 
 @pytest.mark.slow
@@ -178,6 +179,83 @@ def test_a_run_with_explicit_threads_never_changes_them(tmp_path: Path, monkeypa
     # every CPU this process may use (pytest-xdist gives a worker its own), at least 2 if it can
     explicit = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2
     spec.write_text(spec.read_text().replace("threads = 1", f"threads = {explicit}"))
+    seen: list[int] = []
     assert main(["run", str(spec), "--out", str(tmp_path / "run"), "--max-steps", "4"]) == 0
     assert events(tmp_path / "run", "threads") == []
-    assert torch.get_num_threads() == explicit
+    probe = ThreadsSeen(seen)
+    trm.train(spec, out=tmp_path / "run2", max_steps=2, plugins=[probe])
+    assert seen == [explicit, explicit]
+
+
+class ThreadsSeen:
+    """Records torch's thread count at every step of a run."""
+
+    def __init__(self, seen: list[int], fail_at_step: int | None = None) -> None:
+        self.seen, self.fail_at_step = seen, fail_at_step
+
+    @trm.hookimpl
+    def on_step(self, state) -> None:
+        self.seen.append(torch.get_num_threads())
+        if state.step == self.fail_at_step:
+            raise RuntimeError("a plugin failed")
+
+
+@pytest.mark.slow
+def test_train_gives_back_the_callers_thread_count_however_it_ends(tmp_path: Path):
+    """The run trains on its own count (1 here) and the caller's (3) is back afterwards: after
+    a finished run, after a run the watch changed, and after a run a plugin's error ended."""
+    data_dir = build_tiny_data(tmp_path / "data")
+    spec = write_spec(tmp_path, data_dir)  # runtime.threads = 1
+    torch.set_num_threads(3)
+    seen: list[int] = []
+    trm.train(spec, out=tmp_path / "done", max_steps=2, plugins=[ThreadsSeen(seen)])
+    assert seen == [1, 1] and torch.get_num_threads() == 3
+    seen.clear()
+    with pytest.raises(Exception, match="a plugin failed"):
+        trm.train(spec, out=tmp_path / "failed", max_steps=3, plugins=[ThreadsSeen(seen, 2)])
+    assert seen == [1, 1] and torch.get_num_threads() == 3
+
+
+@pytest.mark.slow
+def test_a_run_the_watch_changed_leaves_the_callers_thread_count(tmp_path: Path, monkeypatch):
+    _busy_after_start(monkeypatch)
+    data_dir = build_tiny_data(tmp_path / "data")
+    spec = write_spec(tmp_path, data_dir)
+    spec.write_text(spec.read_text().replace("threads = 1", "threads = 0"))
+    torch.set_num_threads(3)
+    seen: list[int] = []
+    trm.train(spec, out=tmp_path / "run", max_steps=4, plugins=[ThreadsSeen(seen)])
+    assert seen[0] == 2 and seen[-1] == 1
+    assert torch.get_num_threads() == 3
+
+
+def test_estimate_gives_back_the_callers_thread_count(tmp_path: Path):
+    torch.set_num_threads(3)
+    trm.estimate("quickstart", overrides={"runtime.threads": 1}, out=tmp_path / "run")
+    assert torch.get_num_threads() == 3
+
+
+@pytest.mark.slow
+def test_a_resumed_run_goes_on_with_its_checkpoints_threads_and_ends_bit_identical(
+    tmp_path: Path, monkeypatch
+):
+    """The default policy (threads 0) on a machine that gets busy after each start: the watch
+    drops to one thread at step 2. A run stopped at step 6 and resumed starts again on two
+    threads (the machine is idle at its start) unless it goes on with its checkpoint's one;
+    the sums of the two counts round differently, so only then are the weights those of the
+    uninterrupted run."""
+    _busy_after_start(monkeypatch)
+    data_dir = build_tiny_data(tmp_path / "data")
+    spec = write_spec(tmp_path, data_dir)
+    spec.write_text(spec.read_text().replace("threads = 1", "threads = 0"))
+    whole: list[int] = []
+    trm.train(spec, out=tmp_path / "whole", plugins=[ThreadsSeen(whole)])
+    first: list[int] = []
+    trm.train(spec, out=tmp_path / "cut", max_steps=6, plugins=[ThreadsSeen(first)])
+    rest: list[int] = []
+    trm.train(spec, out=tmp_path / "cut", plugins=[ThreadsSeen(rest)])
+    assert first + rest == whole and whole[:2] == [2, 2] and set(whole[2:]) == {1}
+    (row,) = events(tmp_path / "cut", "threads")[1:]
+    assert (row["step"], row["new"]) == (6, 1) and "checkpoint step 6" in row["reason"]
+    hashes = [summary(tmp_path / run)["final_weights_sha256"] for run in ("whole", "cut")]
+    assert hashes[0] == hashes[1]

@@ -15,7 +15,13 @@ HISTORY = re.compile(
     r"|\bissues?\s+#?\d"
     r"|\bissue's\b"
     r"|\b(?:first|second|third|fourth|fifth|earlier|previous|another)\s+(?:pass|session)\b"
-    r"|\bsessions?\s+of\s+wave\b",
+    r"|\bsessions?\s+of\s+wave\b"
+    # a rule, form or version described by what it replaced or when it changed
+    r"|\b(?:earlier|old|older|former|previous)\s+(?:form|rule|version|default|behaviou?r)s?\b"
+    r"|\bafter\s+the\s+(?:\w+\s+)?change\b"
+    r"|\b(?:by|under)\s+its\s+\w+\s+then\b"
+    r"|\bhow\s+the\s+\w+\s+was\s+(?:found|made|chosen)\b"
+    r"|(?:\btrm|\bplugin|`)\s+now\s+(?!that\b)[a-z]+s\b",
     re.IGNORECASE,
 )
 CODE_FOLDERS = ("core", "plugins", "contrib", "tests", "benchmarks")
@@ -58,7 +64,26 @@ def test_no_test_file_is_named_for_its_history():
         "(issue 25, item 10)",
         "tests/test newcomer third pass.py",
         "the issue's signature",
+        "### How the recipe was found",
+        "bf16 autocast (runtime.precision auto after the rule change)",
+        "trm ran this small network eager and in fp32 by its rule then",
+        "The `cpu` plugin now trains small networks in bf16",
+        "trm's earlier rule stays as a named option",
+        "An earlier form passed a boolean mask; trm now builds one additive mask",
     ],
 )
 def test_the_history_pattern_finds_what_it_is_for(line):
     assert HISTORY.search(line)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "the watch now allows 2 threads",
+        "what was found on the machine",
+        "the rule of the reference, a named option",
+        "if now is None:",
+    ],
+)
+def test_the_history_pattern_lets_present_descriptions_through(line):
+    assert not HISTORY.search(line)

@@ -63,14 +63,24 @@ def test_the_exported_folder_solves_the_same_puzzles_with_the_same_answers_as_th
     assert all(torch.equal(ran[k], loaded[k]) for k in ran)
 
 
-def test_the_exported_weights_are_the_runs_ema_weights_as_trm_solve_uses(tiny):
+def test_the_exported_weights_are_the_ema_copy_the_checkpoint_stores(tiny):
+    """Each averaged tensor of the folder is the checkpoint's stored EMA shadow, bit for bit
+    (not the raw weights); every other tensor (buffers) is the checkpoint's model tensor."""
     payload = load_plugins(()).hook.load_checkpoint(path=tiny.run, map_location="cpu")
-    raw = payload["model"]["lm_head.weight"]
-    _, model = restore_model(payload, torch.device("cpu"))
-    stored = load_file(tiny.folder / "model.safetensors")["lm_head.weight"]
-    assert torch.equal(stored, model.state_dict()["lm_head.weight"])
-    assert not torch.equal(stored, raw)  # the EMA copy, not the raw weights
+    shadow, raw = payload["ema"]["shadow"], payload["model"]
+    exported = load_file(tiny.folder / "model.safetensors")
+    assert shadow and set(shadow) <= set(exported)
+    for name, tensor in exported.items():
+        assert torch.equal(tensor, shadow.get(name, raw[name])), name
+    assert any(not torch.equal(shadow[name], raw[name]) for name in shadow)
     assert json.loads((tiny.folder / "config.json").read_text())["weights"]["ema"] is True
+
+
+def test_the_exported_weights_are_what_trm_solve_uses(tiny):
+    payload = load_plugins(()).hook.load_checkpoint(path=tiny.run, map_location="cpu")
+    _, model = restore_model(payload, torch.device("cpu"))
+    exported = load_file(tiny.folder / "model.safetensors")
+    assert all(torch.equal(exported[k], v) for k, v in plain_tensors(model).items())
 
 
 def test_the_folder_holds_no_pickle_and_its_weights_load_with_safetensors_alone(tiny):

@@ -19,6 +19,7 @@ from trm.api.arguments import (
 from trm.api.log import Log, say
 from trm.api.specs import SpecLike, read_spec
 from trm.data.reader import ReaderChoice
+from trm.device.threads import torch_threads_kept
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile, format_bytes
 from trm.memory import DEFAULT_MODE, EXTREME_RISKS, MODE_TARGETS, MODES, MemoryEstimate
@@ -178,6 +179,7 @@ def estimate(
         )
 
 
+@torch_threads_kept()
 def estimate_memory(
     spec: SpecLike,
     plugins: tuple[str, ...],
@@ -189,7 +191,8 @@ def estimate_memory(
 ) -> Estimate:
     """The work of ``trm estimate``: load the spec, load the plugins (and the in-process
     ``plugin_objects``), plan for ``mode`` (fitting the spec to the tier, or as written),
-    and itemise the step's memory."""
+    and itemise the step's memory. torch's thread count, which the backend sets as it
+    plans, is the caller's again when it returns or raises."""
     if mode not in (*MODES, AS_WRITTEN):
         raise TrmError(
             f"argument --mode: invalid choice: {mode!r} (choose from "

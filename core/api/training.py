@@ -43,6 +43,7 @@ from trm.device.rank_agreement import (
     first_rank_first,
     quiet_unless_first,
 )
+from trm.device.threads import torch_threads_kept
 from trm.errors import TrmError
 from trm.init_from import check_init_from
 from trm.loop import Trainer
@@ -150,10 +151,12 @@ def _max_steps(value: object) -> int | None:
     return value
 
 
+@torch_threads_kept()
 def run_training(options: RunOptions, log: Log) -> Run:
     """The work of ``trm run`` (and ``trm.train``), in the order the module's docstring
     gives. ``log`` shows status lines. Under torchrun, rank 0 alone shows progress and
-    writes the run's files (docs/distributed.md)."""
+    writes the run's files (docs/distributed.md). torch's thread count is the caller's again
+    when it returns or raises (:func:`~trm.device.threads.torch_threads_kept`)."""
     # one process unless torchrun started several; the backends name their process groups
     world = distributed.start(_device_backends(options))
     try:

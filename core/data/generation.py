@@ -10,13 +10,13 @@ this).
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import numpy as np
 
 from trm.data.workers import WorkerPool
+from trm.hardware import allowed_cpu_count
 
 Job = TypeVar("Job")
 Part = tuple[np.ndarray, np.ndarray]
@@ -32,10 +32,7 @@ def resolve_workers(workers: int) -> int:
     """``workers``, or every core this process may use when it is 0."""
     if workers > 0:
         return workers
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    return allowed_cpu_count()
 
 
 def index_ranges(start: int, stop: int, pieces: int) -> list[tuple[int, int]]:

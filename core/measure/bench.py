@@ -42,8 +42,8 @@ from trm.hardware import HardwareProfile
 from trm.hookspecs import hookimpl
 from trm.loop import Trainer
 from trm.loop.step import StepSetup, attempt_step
-from trm.measure.datasheet import datasheet_peak
-from trm.measure.flops import model_flops
+from trm.measure.datasheet import DatasheetPeak, datasheet_peak
+from trm.measure.flops import ModelFlops, model_flops
 from trm.measure.peak import GemmPeak, measure_gemm_peak
 from trm.memory import DEFAULT_MODE
 from trm.plan.dataset import ensure_dataset, find_data_source
@@ -427,80 +427,142 @@ def run_bench(
     is a TrmError naming the loop and its batch. ``device_name`` (the GPU's name as its
     driver reports it) adds MFU against its datasheet peak where the table knows it.
     """
-    plain_batch = plain_batch_size or batch_size
+    bench = _Bench(
+        spec, runtime, requested_plugins, steps, warmup, batch_size, plain_batch_size or batch_size
+    )
     owned = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="trm-bench-")) if owned else Path(work_dir)
     try:
-        pm = load_plugins([*requested_plugins, *BENCH_OFF])
-        data_dir = ensure_dataset(pm, small_data_spec(spec, pm, batch_size), root, log)
-        shape = read_shape(data_dir, spec.data.train_split)
-        flops = model_flops(spec.arch, shape.seq_len, shape.vocab_size)
-        spec_b = bench_spec(spec, batch_size, warmup + steps)
-        device = runtime.device
-        precision = runtime.precision if runtime.autocast_dtype is not None else "fp32"
-
-        log(f"measuring the {precision} matmul peak of {device}")
-        peaks = [measure_gemm_peak(device, precision, peak_s, runtime.backend)]
-        fp32_peaks = (
-            [measure_gemm_peak(device, "fp32", peak_s, runtime.backend)]
-            if plain and precision != "fp32"
-            else []
-        )
-        # The plain loop runs first: the trm loop may switch on host-memory reuse for the
-        # whole process (trm.device.host_memory), which a plain PyTorch loop does not have.
-        plain_timing, plain_load = None, None
-        if plain:
-            log(
-                f"timing the plain eager fp32 loop: {warmup} warm-up + {steps} steps of "
-                f"{plain_batch} samples"
-            )
-            spec_plain = bench_spec(spec, plain_batch, warmup + steps)
-            with OtherLoad() as plain_load, _memory_error(runtime, "the plain loop", plain_batch):
-                plain_timing = time_plain_loop(
-                    spec_plain,
-                    runtime,
-                    data_dir,
-                    warmup,
-                    steps,
-                    pm.dense_optimizer(spec.train.optimizer),
-                )
-            runtime.backend.free_cached_memory(runtime.placement().device)
-        log(
-            f"timing trm: {warmup} warm-up + {steps} steps of {batch_size} samples "
-            f"({runtime.precision}, {'compiled' if runtime.compile else 'eager'})"
-        )
-        with OtherLoad() as trm_load, _memory_error(runtime, "trm's loop", batch_size):
-            trm_timing = time_loop(
-                spec_b, runtime, requested_plugins, data_dir, root / "trm", warmup
-            )
-        log("measuring the matmul peak again (the higher of the two is kept)")
-        peaks.append(measure_gemm_peak(device, precision, peak_s, runtime.backend))
-        if fp32_peaks:
-            fp32_peaks.append(measure_gemm_peak(device, "fp32", peak_s, runtime.backend))
+        measured = _measure(bench, plain, peak_s, root, log)
     finally:
         if owned:
             shutil.rmtree(root, ignore_errors=True)
+    return _result(bench, measured, datasheet_peak(device_name), device_name)
 
-    peak = max(peaks, key=lambda p: p.gflops)
-    fp32_peak = max(fp32_peaks or (peaks if precision == "fp32" else []), key=_gflops, default=None)
+
+@frozen
+class _Bench:
+    """What one bench runs: the spec on the runtime with these plugins, ``warmup`` + ``steps``
+    steps of ``batch_size`` samples (``plain_batch`` for the plain loop)."""
+
+    spec: RunSpec
+    runtime: RuntimeChoice
+    plugins: list[str]
+    steps: int
+    warmup: int
+    batch_size: int
+    plain_batch: int
+
+    @property
+    def precision(self) -> str:
+        """The precision of the GEMM peak trm is held against: fp32 without autocast."""
+        return self.runtime.precision if self.runtime.autocast_dtype is not None else "fp32"
+
+
+@frozen
+class _Measured:
+    """What a bench measured: the model's FLOPs a sample, the GEMM peaks in the run's
+    precision (and in fp32 for the plain loop; empty when not needed), each loop's timing and
+    the share of the machine other processes held during it (no plain loop: None)."""
+
+    flops: ModelFlops
+    peaks: list[GemmPeak]
+    fp32_peaks: list[GemmPeak]
+    trm: LoopTiming
+    trm_load: OtherLoad
+    plain: LoopTiming | None
+    plain_load: OtherLoad | None
+
+
+def _measure(
+    bench: _Bench, plain: bool, peak_s: float, root: Path, log: Callable[[str], None]
+) -> _Measured:
+    """Build the small dataset under ``root``, then time in this order: the GEMM peaks, the
+    plain loop (when ``plain``), trm's loop, the peaks again (the higher of each is kept)."""
+    spec, runtime, precision = bench.spec, bench.runtime, bench.precision
+    pm = load_plugins([*bench.plugins, *BENCH_OFF])
+    data_dir = ensure_dataset(pm, small_data_spec(spec, pm, bench.batch_size), root, log)
+    shape = read_shape(data_dir, spec.data.train_split)
+    device = runtime.device
+
+    def peak(precision: str) -> GemmPeak:
+        return measure_gemm_peak(device, precision, peak_s, runtime.backend)
+
+    fp32_too = plain and precision != "fp32"
+    log(f"measuring the {precision} matmul peak of {device}")
+    peaks, fp32_peaks = [peak(precision)], [peak("fp32")] if fp32_too else []
+    # The plain loop runs first: the trm loop may switch on host-memory reuse for the
+    # whole process (trm.device.host_memory), which a plain PyTorch loop does not have.
+    plain_timing, plain_load = _time_plain(bench, pm, data_dir, log) if plain else (None, None)
+    log(
+        f"timing trm: {bench.warmup} warm-up + {bench.steps} steps of {bench.batch_size} "
+        f"samples ({runtime.precision}, {'compiled' if runtime.compile else 'eager'})"
+    )
+    spec_b = bench_spec(spec, bench.batch_size, bench.warmup + bench.steps)
+    with OtherLoad() as trm_load, _memory_error(runtime, "trm's loop", bench.batch_size):
+        trm_timing = time_loop(spec_b, runtime, bench.plugins, data_dir, root / "trm", bench.warmup)
+    log("measuring the matmul peak again (the higher of the two is kept)")
+    peaks.append(peak(precision))
+    if fp32_too:
+        fp32_peaks.append(peak("fp32"))
+    return _Measured(
+        flops=model_flops(spec.arch, shape.seq_len, shape.vocab_size),
+        peaks=peaks,
+        fp32_peaks=fp32_peaks,
+        trm=trm_timing,
+        trm_load=trm_load,
+        plain=plain_timing,
+        plain_load=plain_load,
+    )
+
+
+def _time_plain(
+    bench: _Bench, pm: Any, data_dir: Path, log: Callable[[str], None]
+) -> tuple[LoopTiming, OtherLoad]:
+    """The plain eager fp32 loop's timing and the other load during it; the backend's
+    cached memory is freed after it."""
+    runtime, batch = bench.runtime, bench.plain_batch
+    log(
+        f"timing the plain eager fp32 loop: {bench.warmup} warm-up + {bench.steps} steps of "
+        f"{batch} samples"
+    )
+    spec_plain = bench_spec(bench.spec, batch, bench.warmup + bench.steps)
+    optimizer = pm.dense_optimizer(bench.spec.train.optimizer)
+    with OtherLoad() as load, _memory_error(runtime, "the plain loop", batch):
+        timing = time_plain_loop(
+            spec_plain, runtime, data_dir, bench.warmup, bench.steps, optimizer
+        )
+    runtime.backend.free_cached_memory(runtime.placement().device)
+    return timing, load
+
+
+def _result(
+    bench: _Bench, measured: _Measured, sheet: DatasheetPeak | None, device_name: str | None
+) -> BenchResult:
+    """The :class:`BenchResult` of what was measured: rates, achieved GFLOP/s and MFU against
+    the best measured peak (and against ``sheet``, the device's datasheet peak, where known)."""
+    runtime, precision = bench.runtime, bench.precision
+    peak = max(measured.peaks, key=_gflops)
+    fp32_candidates = measured.fp32_peaks or (measured.peaks if precision == "fp32" else [])
+    fp32_peak = max(fp32_candidates, key=_gflops, default=None)
+    flops, trm_timing, plain_timing = measured.flops, measured.trm, measured.plain
     per_sample = flops.per_sample
     achieved = trm_timing.samples_per_s * per_sample / 1e9
     plain_rate = plain_timing.samples_per_s if plain_timing else None
     plain_gflops = plain_rate * per_sample / 1e9 if plain_rate else None
-    sheet = datasheet_peak(device_name)
     mfu_basis = f"measured {precision} GEMM peak, {peak.gflops:.0f} GFLOP/s"
     mfu_sheet = achieved / sheet.gflops if sheet else None
     return BenchResult(
-        spec=spec.name,
-        device=device,
+        spec=bench.spec.name,
+        device=runtime.device,
         precision=runtime.precision,
         threads=runtime.threads,
         compiled=runtime.compile,
         reuse_host_memory=runtime.reuse_host_memory,
-        plugins=tuple(requested_plugins),
-        batch_size=batch_size,
-        steps=steps,
-        warmup_steps=warmup,
+        plugins=tuple(bench.plugins),
+        batch_size=bench.batch_size,
+        steps=bench.steps,
+        warmup_steps=bench.warmup,
         samples_per_s=trm_timing.samples_per_s,
         best_samples_per_s=trm_timing.best_samples_per_s,
         step_s=trm_timing.step_s,
@@ -511,17 +573,17 @@ def run_bench(
         achieved_gflops=achieved,
         peak_gflops=peak.gflops,
         peak_size=peak.size,
-        peak_windows_gflops=tuple(w for p in peaks for w in p.windows_gflops),
+        peak_windows_gflops=tuple(w for p in measured.peaks for w in p.windows_gflops),
         mfu=achieved / peak.gflops,
         plain_samples_per_s=plain_rate,
-        plain_batch_size=plain_batch if plain_timing else None,
+        plain_batch_size=bench.plain_batch if plain_timing else None,
         plain_step_s=plain_timing.step_s if plain_timing else None,
         plain_achieved_gflops=plain_gflops,
         fp32_peak_gflops=fp32_peak.gflops if fp32_peak else None,
         plain_mfu_fp32=plain_gflops / fp32_peak.gflops if plain_gflops and fp32_peak else None,
         speedup_vs_plain=trm_timing.samples_per_s / plain_rate if plain_rate else None,
-        other_load_trm=trm_load.fraction,
-        other_load_plain=plain_load.fraction if plain_load else None,
+        other_load_trm=measured.trm_load.fraction,
+        other_load_plain=measured.plain_load.fraction if measured.plain_load else None,
         notes=runtime.notes,
         device_model=sheet.model if sheet else device_name,
         mfu_basis=mfu_basis,

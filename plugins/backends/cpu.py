@@ -5,7 +5,6 @@ with the C++ toolchain check for torch.compile."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
@@ -18,7 +17,7 @@ from trm.device.contract import DeviceBackend
 from trm.device.host_memory import IdleMemoryValve
 from trm.device.host_memory import is_supported as host_memory_reuse_supported
 from trm.errors import TrmError
-from trm.hardware import HardwareProfile
+from trm.hardware import HardwareProfile, allowed_cpu_count
 from trm.measure.flops import matmul_bound
 from trm.plugins.backends.cpu_contention import CpuTimes, ThreadWatch, fit_threads, measure_start
 from trm.runtime import RuntimeChoice
@@ -48,9 +47,9 @@ CPU = CpuDevice()
 
 
 def _usable_cores(hardware: HardwareProfile) -> int:
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    """Physical cores (logical where unknown), no more than the CPUs this process may use."""
     cores = hardware.physical_cores or hardware.logical_cores or 1
-    return max(1, min(cores, affinity or cores))
+    return max(1, min(cores, allowed_cpu_count()))
 
 
 def choose_cpu_precision(setting: str, native_bf16: bool | None) -> tuple[str, list[str]]:
@@ -110,8 +109,8 @@ def configure_cpu(
     runtime = spec.runtime
     if runtime.device != "auto" and not CPU.claims(runtime.device):
         return None
-    logical = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if logical and runtime.threads > logical:
+    logical = allowed_cpu_count()
+    if runtime.threads > logical:
         raise TrmError(
             f"runtime.threads: {runtime.threads} is more than the {logical} logical CPUs this "
             f"process may use; set 0 (one per physical core) or at most {logical}"
@@ -178,6 +177,20 @@ class CpuBackend:
         if choice is not None and runtime.threads == 0 and self.start is not None:
             self.watch = ThreadWatch(_usable_cores(hardware), choice.threads, self.start[0])
         return choice
+
+    @hookimpl
+    def on_train_start(self, state: TrainState, control: TrainControl) -> None:
+        """On a resumed run whose threads follow the machine, go on with the count its
+        checkpoint was written under (at most the usable cores); the watch follows the
+        machine from there. With the same count at every step, a resumed run ends
+        bit-identical to an uninterrupted one (docs/resilience.md)."""
+        recorded = state.checkpoint_threads
+        if self.watch is None or recorded is None:
+            return
+        count = min(recorded, self.watch.usable_cores)
+        self.watch.threads = count
+        if count != torch.get_num_threads():
+            control.set_threads(count, f"the count checkpoint step {state.step} was written under")
 
     def _fresh_start(self) -> bool:
         if self.start is None:
