@@ -133,11 +133,12 @@ class TRMBlock(nn.Module):
         self.eps = arch.rms_norm_eps
         self.mixes_with_mlp = arch.mlp_t
         self.position_major = position_major
+        norm_eps = arch.rms_norm_eps if arch.swiglu_norm else None
         if arch.mlp_t:
-            self.mlp_t = SwiGLU(num_positions, arch.expansion)
+            self.mlp_t = SwiGLU(num_positions, arch.expansion, norm_eps)
         else:
             self.self_attn = Attention(arch.hidden_size, arch.num_heads)
-        self.mlp = SwiGLU(arch.hidden_size, arch.expansion)
+        self.mlp = SwiGLU(arch.hidden_size, arch.expansion, norm_eps)
 
     def forward(self, x: Tensor, cos_sin: CosSin | None = None, mask=None) -> Tensor:
         if self.mixes_with_mlp and self.position_major:

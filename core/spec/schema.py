@@ -50,6 +50,9 @@ class ArchSpec:
     # local 2-D attention window: a grid cell attends to the cells within this many rows and
     # columns of it and to the puzzle prefix; 0 is dense attention (trm.model.window)
     attention_window: int = 0
+    # the modified SwiGLU of Speed is Confidence (arXiv 2601.19085): sigmoid(gate) *
+    # rms_norm(gate * up) in place of silu(gate) * up in every SwiGLU (trm.model.layers)
+    swiglu_norm: bool = False
 
 
 @frozen
