@@ -82,9 +82,17 @@ def test_it_is_off_by_default_and_keeps_the_parameters() -> None:
 def test_a_model_with_it_trains(mlp_t: bool) -> None:
     torch.manual_seed(0)
     arch = ArchSpec(
-        hidden_size=16, expansion=2.0, num_heads=2, L_layers=1, H_cycles=2, L_cycles=2,
-        mlp_t=mlp_t, pos_encodings="none" if mlp_t else "rope", puzzle_emb_ndim=0,
-        puzzle_emb_len=1, swiglu_norm=True,
+        hidden_size=16,
+        expansion=2.0,
+        num_heads=2,
+        L_layers=1,
+        H_cycles=2,
+        L_cycles=2,
+        mlp_t=mlp_t,
+        pos_encodings="none" if mlp_t else "rope",
+        puzzle_emb_ndim=0,
+        puzzle_emb_len=1,
+        swiglu_norm=True,
     )
     model = TinyRecursiveModel(arch, 6, 5, 1)
     batch = {

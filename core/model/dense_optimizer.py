@@ -15,8 +15,9 @@ keeps its tensors in ``self.state``) resumes bit-identically.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 from attrs import frozen
@@ -28,8 +29,12 @@ if TYPE_CHECKING:
 
 # What an entry's ``build`` is: (trainable parameters, the TrainSpec) -> a torch optimizer
 # whose single param group takes ``train.lr``, ``(train.beta1, train.beta2)`` and
-# ``train.weight_decay``.
-OptimizerFactory = Callable[[list[torch.nn.Parameter], "TrainSpec"], torch.optim.Optimizer]
+# ``train.weight_decay``. An entry with ``takes_names`` gets ``(name, parameter)`` pairs
+# instead and may return a list of optimizers, one per kind of parameter, whose param groups
+# may set their own ``"base_lr"`` (the learning rate the schedule scales; else ``train.lr``).
+OptimizerFactory = Callable[[Any, "TrainSpec"], "torch.optim.Optimizer | list[Any]"]
+# (parameter name, shape) of every trainable parameter -> bytes of optimizer state
+StateBytes = Callable[[Sequence[tuple[str, tuple[int, ...]]]], int]
 
 
 @frozen
@@ -42,6 +47,11 @@ class DenseOptimizer:
     ``description`` is one line for messages and ``trm plugins``. ``unavailable_reason`` is
     None when it can be built here, else one sentence saying what to install (its package is
     missing): a spec naming it is refused with that sentence.
+
+    An optimizer that treats parameters by kind (Muon for the hidden matrices, a companion
+    for the rest) sets ``takes_names`` (``build`` then receives ``(name, parameter)`` pairs
+    and may return several optimizers) and ``state_bytes`` (the exact state bytes for the
+    model's ``(name, shape)`` list; ``state_bytes_per_element`` is then its largest rate).
     """
 
     name: str
@@ -49,6 +59,16 @@ class DenseOptimizer:
     state_bytes_per_element: int
     description: str = ""
     unavailable_reason: str | None = None
+    takes_names: bool = False
+    state_bytes: StateBytes | None = None
+
+    def state_bytes_for(self, shapes: Sequence[tuple[str, tuple[int, ...]]]) -> int:
+        """Bytes of optimizer state for trainable parameters of these ``(name, shape)``s:
+        ``state_bytes`` where the entry gives it, else ``state_bytes_per_element`` for every
+        element."""
+        if self.state_bytes is not None:
+            return self.state_bytes(shapes)
+        return self.state_bytes_per_element * sum(math.prod(shape) for _, shape in shapes)
 
 
 def choose_dense_optimizer(offered: Iterable[DenseOptimizer], name: str) -> DenseOptimizer:

@@ -164,9 +164,11 @@ def build_optimizers(
     The dense optimizer is ``dense`` (the entry the run's plugins offer for
     ``train.optimizer``; None: the built-in entry of that name, ``adam_atan2`` or ``adamw``)
     built over every trainable parameter with ``train.lr``, ``(beta1, beta2)`` and
-    ``weight_decay``; the sparse one gets ``puzzle_emb_lr``/``puzzle_emb_weight_decay``.
-    Each param group records its base learning rate under ``"base_lr"`` for
-    :func:`lr_at_step`. TrmError when ``dense`` is None and the name is not built in.
+    ``weight_decay`` (an entry that ``takes_names`` may build several, one per kind of
+    parameter: all follow the sparse one in the list); the sparse one gets
+    ``puzzle_emb_lr``/``puzzle_emb_weight_decay``. Each param group records its base learning
+    rate under ``"base_lr"`` for :func:`lr_at_step` (``train.lr`` unless the entry set one).
+    TrmError when ``dense`` is None and the name is not built in.
     """
     if dense is None:
         dense = choose_dense_optimizer(BUILT_IN_OPTIMIZERS, train.optimizer)
@@ -178,11 +180,12 @@ def build_optimizers(
         )
         sparse.param_groups[0]["base_lr"] = train.puzzle_emb_lr
         optimizers.append(sparse)
-    params = [p for p in model.parameters() if p.requires_grad]
-    dense_optimizer = dense.build(params, train)
-    for group in dense_optimizer.param_groups:
-        group["base_lr"] = train.lr
-    optimizers.append(dense_optimizer)
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    built = dense.build(named if dense.takes_names else [p for _, p in named], train)
+    for dense_optimizer in built if isinstance(built, list) else [built]:
+        for group in dense_optimizer.param_groups:
+            group.setdefault("base_lr", train.lr)
+        optimizers.append(dense_optimizer)
     return optimizers
 
 
