@@ -592,7 +592,7 @@ def persistent_items(step: StepPlan) -> list[MemoryItem]:
         replicated(
             "optimizer states",
             step.optimizer_state_bytes,
-            f"{train.optimizer}: {step.optimizer_state_bytes / max(s.params, 1):g} bytes of "
+            f"{train.optimizer}: {step.optimizer_state_bytes / max(s.params, 1):.3g} bytes of "
             "state per parameter",
         ),
         replicated(
@@ -646,10 +646,15 @@ def persistent_items(step: StepPlan) -> list[MemoryItem]:
             "carry (z_H, z_L)",
             step.carry_bytes(step.rows, F32),
             where,
-            f"float32 z_H and z_L for {whose}, with their data",
+            f"float32 z_H and {_reasoning_states(step)} for {whose}, with their data",
         )
     )
     return items
+
+
+def _reasoning_states(step: StepPlan) -> str:
+    """``z_L``, or how many a row holds with latent candidates."""
+    return "z_L" if step.candidates == 1 else f"{step.candidates} z_L (latent candidates)"
 
 
 def activation_items(step: StepPlan, tensors: StepTensors) -> list[MemoryItem]:
