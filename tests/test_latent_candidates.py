@@ -184,6 +184,31 @@ def test_the_estimate_counts_K_times_the_activations_and_K_reasoning_states_in_t
     assert four["weights"] == one["weights"]
 
 
+def test_the_tiers_plan_a_smaller_micro_batch_for_K_candidates():
+    from trm.memory import MemoryEstimate
+    from trm.plugins.planning import tiers
+
+    spec = load_spec(resolve_spec_path("quickstart"))
+    shape = DatasetShape(seq_len=16, vocab_size=6, num_puzzle_identifiers=1)
+    runtime = RuntimeChoice("cpu", "fp32", 2, False)
+    budget: list[int] = []
+
+    def make(candidate) -> MemoryEstimate:
+        items = memory_estimator.estimate_items(
+            candidate, HardwareProfile(), runtime, shape, process_baseline_bytes=0
+        )
+        return MemoryEstimate(items=tuple(items), host_budget_bytes=budget[0], remake=make)
+
+    budget.append(10**15)
+    whole = make(spec).total_bytes("host")  # K = 1, the whole batch in one micro-batch
+    budget[0] = int(whole / 0.7) + 1
+    micro_one, _ = tiers.largest_fitting_micro_batch(spec, make(spec), 0.7)
+    four = evolve(spec, train=evolve(spec.train, latent_candidates=4))
+    micro_four, _ = tiers.largest_fitting_micro_batch(four, make(four), 0.7)
+    assert micro_one == spec.train.global_batch_size
+    assert micro_four is not None and micro_four < micro_one
+
+
 def test_latent_candidates_is_one_by_default_and_bounded():
     assert TrainSpec().latent_candidates == 1
     from trm.errors import TrmError
