@@ -149,9 +149,10 @@ def estimate_memory(
     adapt_config implementations through ``MemoryEstimate.for_spec`` for candidate specs.
     ``dataset`` holds the train split's shape (seq_len, vocab_size, puzzle identifiers,
     puzzles, groups); ``optimizer`` is the entry ``train.optimizer`` names (its
-    ``state_bytes_per_element``). Each item names one share (weights, activations, CUDA
-    context, …) with its bytes and location ("host" or "device"). Items from all plugins are
-    summed per location, so a plugin must not repeat another's items. Bytes are never negative.
+    ``state_bytes_for`` the model's parameters). Each item names one share (weights,
+    activations, CUDA context, …) with its bytes and location ("host" or "device"). Items
+    from all plugins are summed per location, so a plugin must not repeat another's items.
+    Bytes are never negative.
     """
 
 

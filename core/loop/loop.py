@@ -104,6 +104,7 @@ class Trainer:
             global_batch=spec.train.global_batch_size,
             parallel=self.parallel if self.parallel.active else None,
             task_names=tuple(entry.task for entry in spec.data.mix),
+            candidates=spec.train.latent_candidates,
         )
         writes = self.parallel.world.is_first  # rank 0 alone writes the run's files
         self.journal = Journal(MetricsLog(run_dir / "metrics.jsonl" if writes else None), log)

@@ -26,6 +26,7 @@ from trm.evaluation.task_evaluation import TaskEvaluation, task_evaluation
 from trm.loop.data_parallel import DataParallel
 from trm.loop.device_failure import device_change_line, device_changed, recorded_device
 from trm.model import EMA, DenseOptimizer, build_model, build_optimizers
+from trm.model import candidates as latent_candidates
 from trm.plan.dataset import find_data_source
 from trm.plugin_manager import TrmPluginManager
 from trm.runtime import RuntimeChoice
@@ -255,8 +256,13 @@ def first_carry(
     state: TrainState, data: RunData, placement: Placement, rows: slice = slice(None)
 ) -> None:
     """Give a fresh run its carry (every row halted: the first step resets each row);
-    ``rows``: this rank's rows of the global batch under data parallelism."""
+    ``rows``: this rank's rows of the global batch under data parallelism. The carry holds
+    ``train.latent_candidates`` reasoning states a row (a resumed one is fitted to it:
+    :func:`trm.model.candidates.fit_carry`)."""
+    k = state.spec.train.latent_candidates
     if state.carry is None:
         examples = data.sampler.examples_for_step(0)[rows]
         template = placement.to_device(data.reader.index.gather(examples))
-        state.carry = state.model.initial_carry(template)
+        state.carry = latent_candidates.initial_carry(state.model, template, k)
+    else:
+        state.carry = latent_candidates.fit_carry(state.carry, k)

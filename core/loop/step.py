@@ -32,6 +32,7 @@ from trm.device.oom import is_out_of_memory
 from trm.errors import TrainingFailed
 from trm.loop.data_parallel import DataParallel
 from trm.model import IGNORE_LABEL_ID, ACTLoss, TinyRecursiveModel, TRMCarry, lr_at_step
+from trm.model import candidates as latent_candidates
 from trm.state import TrainState, last_good
 
 # The sums a step adds on the device, in the order of its sums vector: the loss, then
@@ -64,6 +65,9 @@ class StepSetup:
     parallel: DataParallel | None = None
     # the tasks of a multi-task mix, in the order of a batch's ``task`` numbers (() otherwise)
     task_names: tuple[str, ...] = ()
+    # train.latent_candidates: reasoning states a row, the lowest-loss one trained
+    # (trm.model.candidates); 1 is the plain step
+    candidates: int = 1
 
     @property
     def device(self) -> torch.device:
@@ -114,6 +118,7 @@ def accumulate_gradients(
     divisor: int,
     placement: Placement,
     tasks: int = 0,
+    candidates: int = 1,
 ) -> tuple[list[tuple[slice, TRMCarry]], torch.Tensor]:
     """Forward and backward over ``batch`` in micro-batches of ``micro_batch_size`` rows
     (the last one holds the remaining rows when the size does not divide the batch).
@@ -125,6 +130,8 @@ def accumulate_gradients(
     back as ``(rows, new_carry)`` pieces for the caller to write back with ``assign_rows``.
     Returns the pieces and the sums over all rows as a device vector (:func:`sums_vector`,
     then :func:`task_sums` for the ``tasks`` of a mix); nothing is read back to the host.
+    With ``candidates`` > 1 each row runs that many reasoning states and the loss is the
+    winner's (:func:`trm.model.candidates.forward`; the carry holds them all).
     """
     total = carry.batch_size
     pieces: list[tuple[slice, TRMCarry]] = []
@@ -133,9 +140,18 @@ def accumulate_gradients(
         rows = slice(start, min(total, start + micro_batch_size))
         sub_batch = {k: v[rows] for k, v in batch.items()}
         with placement.autocast():
-            new_carry, outputs = model(
-                carry.index_rows(rows), sub_batch, min_halt_steps=min_halt_steps[rows]
-            )
+            if candidates > 1:
+                new_carry, outputs = latent_candidates.forward(
+                    model,
+                    carry.index_rows(rows),
+                    sub_batch,
+                    loss_kind=loss,
+                    min_halt_steps=min_halt_steps[rows],
+                )
+            else:
+                new_carry, outputs = model(
+                    carry.index_rows(rows), sub_batch, min_halt_steps=min_halt_steps[rows]
+                )
         loss_sum, metrics = ACTLoss.compute(
             outputs, new_carry.current_data["labels"], new_carry.halted, loss, steps=new_carry.steps
         )
@@ -183,6 +199,7 @@ def attempt_step(
         divisor=setup.global_batch,
         placement=placement,
         tasks=len(setup.task_names),
+        candidates=setup.candidates,
     )
     if setup.parallel is not None:
         setup.parallel.reduce_step(model, sums)

@@ -369,6 +369,7 @@ def time_plain_loop(
     from trm.data.puzzle_dataset import open_split
     from trm.data.sampler import SplitIndex, TrainSampler
     from trm.model import EMA, TinyRecursiveModel, build_optimizers
+    from trm.model import candidates as latent_candidates
 
     train = spec.train
     torch.manual_seed(train.seed)
@@ -384,13 +385,19 @@ def time_plain_loop(
         model=model,
         optimizers=build_optimizers(model, train, optimizer),
         ema=EMA(model, train.ema_rate) if train.ema else None,
-        carry=model.initial_carry(placement.to_device(index.gather(sampler.examples_for_step(0)))),
+        carry=latent_candidates.initial_carry(
+            model,
+            placement.to_device(index.gather(sampler.examples_for_step(0))),
+            train.latent_candidates,
+        ),
         run_dir=data_dir,  # never written: the plain loop saves nothing
         total_steps=total,
         micro_batch_size=train.global_batch_size,
         backend=runtime.backend,
     )
-    setup = StepSetup(placement, spec.arch.loss, train.global_batch_size)
+    setup = StepSetup(
+        placement, spec.arch.loss, train.global_batch_size, candidates=train.latent_candidates
+    )
     seconds: list[float] = []
     for step in range(total):
         started = time.perf_counter()

@@ -20,8 +20,9 @@ something the loop cannot drive are each one TrmError naming the plugin and what
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import torch
@@ -34,8 +35,12 @@ if TYPE_CHECKING:
 
 # What an entry's ``build`` is: (trainable parameters, the TrainSpec) -> a torch optimizer
 # whose single param group takes ``train.lr``, ``(train.beta1, train.beta2)`` and
-# ``train.weight_decay``.
-OptimizerFactory = Callable[[list[torch.nn.Parameter], "TrainSpec"], torch.optim.Optimizer]
+# ``train.weight_decay``. An entry with ``takes_names`` gets ``(name, parameter)`` pairs
+# instead and may return a list of optimizers, one per kind of parameter, whose param groups
+# may set their own ``"base_lr"`` (the learning rate the schedule scales; else ``train.lr``).
+OptimizerFactory = Callable[[Any, "TrainSpec"], "torch.optim.Optimizer | list[Any]"]
+# (parameter name, shape) of every trainable parameter -> bytes of optimizer state
+StateBytes = Callable[[Sequence[tuple[str, tuple[int, ...]]]], int]
 
 # What the loop and the checkpoints call on a built optimizer.
 OPTIMIZER_METHODS = ("zero_grad", "step", "state_dict", "load_state_dict")
@@ -54,6 +59,11 @@ class DenseOptimizer:
     None when it can be built here, else one sentence saying what to install (its package is
     missing): a spec naming it is refused with that sentence. ``plugin`` is the name of the
     plugin that offered it, filled in by the plugin manager (a plugin leaves it empty).
+
+    An optimizer that treats parameters by kind (Muon for the hidden matrices, a companion
+    for the rest) sets ``takes_names`` (``build`` then receives ``(name, parameter)`` pairs
+    and may return several optimizers) and ``state_bytes`` (the exact state bytes for the
+    model's ``(name, shape)`` list; ``state_bytes_per_element`` is then its largest rate).
     """
 
     name: str
@@ -62,6 +72,16 @@ class DenseOptimizer:
     description: str = ""
     unavailable_reason: str | None = None
     plugin: str = ""
+    takes_names: bool = False
+    state_bytes: StateBytes | None = None
+
+    def state_bytes_for(self, shapes: Sequence[tuple[str, tuple[int, ...]]]) -> int:
+        """Bytes of optimizer state for trainable parameters of these ``(name, shape)``s:
+        ``state_bytes`` where the entry gives it, else ``state_bytes_per_element`` for every
+        element."""
+        if self.state_bytes is not None:
+            return self.state_bytes(shapes)
+        return self.state_bytes_per_element * sum(math.prod(shape) for _, shape in shapes)
 
 
 def _shortened(text: str) -> str:
@@ -92,6 +112,8 @@ def _entry_problem(entry: object) -> str | None:
             f"entry {entry.name!r}: its state_bytes_per_element {_quoted(size)} is not a "
             "whole number of bytes, 0 or more"
         )
+    if entry.state_bytes is not None and not callable(entry.state_bytes):
+        return f"entry {entry.name!r}: its state_bytes {_quoted(entry.state_bytes)} is not callable"
     if not isinstance(entry.description, str):
         return f"entry {entry.name!r}: its description {_quoted(entry.description)} is not a text"
     if entry.unavailable_reason is not None and not isinstance(entry.unavailable_reason, str):
@@ -139,39 +161,47 @@ def offered_by(plugin: str, hook: Callable[[], object]) -> list[DenseOptimizer]:
     return entries
 
 
-def build_checked(
-    entry: DenseOptimizer, params: list[torch.nn.Parameter], train: TrainSpec
-) -> torch.optim.Optimizer:
-    """``entry.build(params, train)``, checked: TrmError naming the plugin when the build
-    raises (a TrmError of its own passes as it is) or answers something without the param
-    groups and methods (:data:`OPTIMIZER_METHODS`) the loop and the checkpoints use."""
+def _optimizer_problem(optimizer: object) -> list[str]:
+    """The methods and param groups (:data:`OPTIMIZER_METHODS`) ``optimizer`` lacks."""
+    missing = [m for m in OPTIMIZER_METHODS if not callable(getattr(optimizer, m, None))]
+    groups = getattr(optimizer, "param_groups", None)
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+        missing.append("param_groups")
+    return missing
+
+
+def build_checked(entry: DenseOptimizer, params: Any, train: TrainSpec) -> list[Any]:
+    """``entry.build(params, train)``, checked, as a list of optimizers (an entry that
+    ``takes_names`` may build several): TrmError naming the plugin when the build raises (a
+    TrmError of its own passes as it is) or answers something without the param groups and
+    methods (:data:`OPTIMIZER_METHODS`) the loop and the checkpoints use."""
     who = f"optimizer {entry.name!r} (plugin {entry.plugin or 'built in'!r})"
     fix = _fix(entry.plugin) if entry.plugin else "report it as a bug"
     try:
-        optimizer = entry.build(params, train)
+        built = entry.build(params, train)
     except TrmError:
         raise
     except Exception as exc:
         raise TrmError(
             f"{who}: its build raised {type(exc).__name__}: {_shortened(str(exc))}; {fix}"
         ) from exc
-    missing = [m for m in OPTIMIZER_METHODS if not callable(getattr(optimizer, m, None))]
-    groups = getattr(optimizer, "param_groups", None)
-    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
-        missing.append("param_groups")
-    if missing:
-        raise TrmError(
-            f"{who}: its build answered {_quoted(optimizer)}, which has no "
-            f"{', '.join(missing)}; build must make a torch.optim.Optimizer; {fix}"
-        )
-    return optimizer
+    optimizers = built if entry.takes_names and isinstance(built, list) and built else [built]
+    for optimizer in optimizers:
+        missing = _optimizer_problem(optimizer)
+        if missing:
+            raise TrmError(
+                f"{who}: its build answered {_quoted(optimizer)}, which has no "
+                f"{', '.join(missing)}; build must make a torch.optim.Optimizer; {fix}"
+            )
+    return optimizers
 
 
 def check_builds(entry: DenseOptimizer, train: TrainSpec) -> None:
     """Build ``entry`` once over one small parameter and drop it (see
     :func:`build_checked`), so that a build that cannot work is refused before the run
     writes anything."""
-    build_checked(entry, [torch.nn.Parameter(torch.zeros(2))], train)
+    probe = torch.nn.Parameter(torch.zeros(2))
+    build_checked(entry, [("probe", probe)] if entry.takes_names else [probe], train)
 
 
 def choose_dense_optimizer(offered: Iterable[DenseOptimizer], name: str) -> DenseOptimizer:

@@ -130,21 +130,42 @@ def gated_silu(h: Tensor, dim: int) -> Tensor:
     return _GatedSiLU.apply(h, dim)
 
 
+def normed_gate(h: Tensor, dim: int, eps: float) -> Tensor:
+    """The modified SwiGLU's gate of Speed is Confidence (Dillon 2026, arXiv 2601.19085):
+    ``sigmoid(gate) * rms_norm(gate * up)`` for ``gate, up = h.chunk(2, dim)``, the RMS norm
+    (no weights, float32) over the inner axis ``dim``.
+
+    ``silu(gate) * up`` is ``sigmoid(gate) * gate * up``; normalising the product ``gate *
+    up`` bounds its magnitude, which the paper needs for Muon's orthogonalised updates at a
+    high learning rate.
+    """
+    gate, up = h.chunk(2, dim=dim)
+    return torch.sigmoid(gate) * rms_norm(gate * up, eps, dim=dim)
+
+
 class SwiGLU(nn.Module):
     """``down(silu(gate) * up)`` over the last axis of width ``hidden``.
 
     The inner width is ``round(expansion * hidden * 2/3)`` rounded up to a multiple of 256;
-    gate and up share one fused projection ``gate_up`` [hidden -> 2 * inner].
+    gate and up share one fused projection ``gate_up`` [hidden -> 2 * inner]. With
+    ``norm_eps`` given, the gate is :func:`normed_gate` instead (``arch.swiglu_norm``; same
+    parameters).
     """
 
-    def __init__(self, hidden: int, expansion: float) -> None:
+    def __init__(self, hidden: int, expansion: float, norm_eps: float | None = None) -> None:
         super().__init__()
         self.inter = swiglu_inner_width(hidden, expansion)
         self.gate_up = Linear(hidden, 2 * self.inter)
         self.down = Linear(self.inter, hidden)
+        self.norm_eps = norm_eps
+
+    def _gate(self, h: Tensor, dim: int) -> Tensor:
+        if self.norm_eps is None:
+            return gated_silu(h, dim=dim)
+        return normed_gate(h, dim, self.norm_eps)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down(gated_silu(self.gate_up(x), dim=-1))
+        return self.down(self._gate(self.gate_up(x), dim=-1))
 
     def forward_leading(self, x: Tensor) -> Tensor:
         """The same map along the *first* axis: x [hidden, N] -> [hidden, N].
@@ -152,7 +173,7 @@ class SwiGLU(nn.Module):
         Equals ``forward(x.T).T`` without transposing anything: the weights multiply from the
         left, so each projection is one matrix product over all N columns.
         """
-        return torch.mm(self.down.weight, gated_silu(torch.mm(self.gate_up.weight, x), dim=0))
+        return torch.mm(self.down.weight, self._gate(torch.mm(self.gate_up.weight, x), dim=0))
 
 
 class RotaryEmbedding(nn.Module):

@@ -164,10 +164,12 @@ def build_optimizers(
     The dense optimizer is ``dense`` (the entry the run's plugins offer for
     ``train.optimizer``; None: the built-in entry of that name, ``adam_atan2`` or ``adamw``)
     built over every trainable parameter with ``train.lr``, ``(beta1, beta2)`` and
-    ``weight_decay``; the sparse one gets ``puzzle_emb_lr``/``puzzle_emb_weight_decay``.
-    Each param group records its base learning rate under ``"base_lr"`` for
-    :func:`lr_at_step`. TrmError when ``dense`` is None and the name is not built in, and when
-    its build fails or makes no optimizer (:func:`~trm.model.dense_optimizer.build_checked`).
+    ``weight_decay`` (an entry that ``takes_names`` may build several, one per kind of
+    parameter: all follow the sparse one in the list); the sparse one gets
+    ``puzzle_emb_lr``/``puzzle_emb_weight_decay``. Each param group records its base learning
+    rate under ``"base_lr"`` for :func:`lr_at_step` (``train.lr`` unless the entry set one).
+    TrmError when ``dense`` is None and the name is not built in, and when its build fails or
+    makes no optimizer (:func:`~trm.model.dense_optimizer.build_checked`).
     """
     if dense is None:
         dense = choose_dense_optimizer(BUILT_IN_OPTIMIZERS, train.optimizer)
@@ -179,11 +181,12 @@ def build_optimizers(
         )
         sparse.param_groups[0]["base_lr"] = train.puzzle_emb_lr
         optimizers.append(sparse)
-    params = [p for p in model.parameters() if p.requires_grad]
-    dense_optimizer = build_checked(dense, params, train)
-    for group in dense_optimizer.param_groups:
-        group["base_lr"] = train.lr
-    optimizers.append(dense_optimizer)
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    params = named if dense.takes_names else [p for _, p in named]
+    for dense_optimizer in build_checked(dense, params, train):
+        for group in dense_optimizer.param_groups:
+            group.setdefault("base_lr", train.lr)
+        optimizers.append(dense_optimizer)
     return optimizers
 
 

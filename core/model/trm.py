@@ -133,11 +133,12 @@ class TRMBlock(nn.Module):
         self.eps = arch.rms_norm_eps
         self.mixes_with_mlp = arch.mlp_t
         self.position_major = position_major
+        norm_eps = arch.rms_norm_eps if arch.swiglu_norm else None
         if arch.mlp_t:
-            self.mlp_t = SwiGLU(num_positions, arch.expansion)
+            self.mlp_t = SwiGLU(num_positions, arch.expansion, norm_eps)
         else:
             self.self_attn = Attention(arch.hidden_size, arch.num_heads)
-        self.mlp = SwiGLU(arch.hidden_size, arch.expansion)
+        self.mlp = SwiGLU(arch.hidden_size, arch.expansion, norm_eps)
 
     def forward(self, x: Tensor, cos_sin: CosSin | None = None, mask=None) -> Tensor:
         if self.mixes_with_mlp and self.position_major:
@@ -491,15 +492,31 @@ class TinyRecursiveModel(nn.Module):
         halt_max_steps, so a whole eval batch halts together. ``min_halt_steps`` gives the
         exploration draws (see ``draw_min_halt_steps``); None draws them here.
         """
-        arch = self.arch
         carry = self.reset_carry(carry, batch)
         data = carry.current_data
         z_H, z_L, logits, q_halt, q_continue = self.recurse(carry.z_H, carry.z_L, data)
         z_H, z_L = z_H.detach(), z_L.detach()
         outputs = {"logits": logits, "q_halt_logits": q_halt, "q_continue_logits": q_continue}
+        steps, halted = self.halting(carry.steps, outputs, z_H, z_L, data, min_halt_steps)
+        new_carry = TRMCarry(z_H=z_H, z_L=z_L, steps=steps, halted=halted, current_data=data)
+        return new_carry, outputs
 
+    def halting(
+        self,
+        steps_before: Tensor,
+        outputs: dict[str, Tensor],
+        z_H: Tensor,
+        z_L: Tensor,
+        data: Mapping[str, Tensor],
+        min_halt_steps: Tensor | None,
+    ) -> tuple[Tensor, Tensor]:
+        """``(steps, halted)`` after a supervision step whose ``outputs`` came from the
+        (detached) states ``z_H``, ``z_L`` on ``data`` (see :meth:`forward` for the rule);
+        adds ``target_q_continue`` to ``outputs`` where the rule bootstraps it."""
+        arch = self.arch
+        q_halt, q_continue = outputs["q_halt_logits"], outputs["q_continue_logits"]
         with torch.no_grad():
-            steps = carry.steps + 1
+            steps = steps_before + 1
             is_last_step = steps >= arch.halt_max_steps
             halted = is_last_step
             if self.training and arch.halt_max_steps > 1:
@@ -518,6 +535,4 @@ class TinyRecursiveModel(nn.Module):
                             is_last_step, next_halt, torch.maximum(next_halt, next_continue)
                         )
                     )
-
-        new_carry = TRMCarry(z_H=z_H, z_L=z_L, steps=steps, halted=halted, current_data=data)
-        return new_carry, outputs
+        return steps, halted

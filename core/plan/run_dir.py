@@ -172,9 +172,10 @@ def estimate_checkpoint_bytes(
     """An upper estimate of one checkpoint's size on disk for ``spec`` on that dataset.
 
     Builds the model on the meta device (no memory), then counts its state dict, the EMA
-    shadows (trainable parameters), the dense optimizer's state (``optimizer``'s bytes per
-    trainable parameter element; None: the built-in entry ``train.optimizer`` names), the
-    carry (z_H and z_L for the global batch, plus its data rows) and a fixed overhead.
+    shadows (trainable parameters), the dense optimizer's state (``optimizer``'s
+    ``state_bytes_for`` the trainable parameters; None: the built-in entry
+    ``train.optimizer`` names), the carry (z_H and each latent candidate's z_L for the
+    global batch, plus its data rows) and a fixed overhead.
     """
     from trm.model import BUILT_IN_OPTIMIZERS, TinyRecursiveModel, choose_dense_optimizer
 
@@ -186,12 +187,13 @@ def estimate_checkpoint_bytes(
     state = model.state_dict()
     model_bytes = sum(t.numel() * t.element_size() for t in state.values())
     trainable_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    trainable_elements = sum(p.numel() for p in model.parameters())
+    shapes = [(name, tuple(p.shape)) for name, p in model.named_parameters() if p.requires_grad]
     ema_bytes = trainable_bytes if spec.train.ema else 0
     batch = spec.train.global_batch_size
-    carry_bytes = 2 * batch * model.num_positions * spec.arch.hidden_size * 4
+    states = 1 + spec.train.latent_candidates  # z_H and one z_L per latent candidate
+    carry_bytes = states * batch * model.num_positions * spec.arch.hidden_size * 4
     carry_bytes += batch * (2 * dataset.seq_len + 1 + 1 + 1) * 8
-    optimizer_bytes = optimizer.state_bytes_per_element * trainable_elements
+    optimizer_bytes = optimizer.state_bytes_for(shapes)
     return model_bytes + ema_bytes + optimizer_bytes + carry_bytes + CHECKPOINT_OVERHEAD_BYTES
 
 

@@ -50,6 +50,9 @@ class ArchSpec:
     # local 2-D attention window: a grid cell attends to the cells within this many rows and
     # columns of it and to the puzzle prefix; 0 is dense attention (trm.model.window)
     attention_window: int = 0
+    # the modified SwiGLU of Speed is Confidence (arXiv 2601.19085): sigmoid(gate) *
+    # rms_norm(gate * up) in place of silu(gate) * up in every SwiGLU (trm.model.layers)
+    swiglu_norm: bool = False
 
 
 @frozen
@@ -72,6 +75,13 @@ class TrainSpec:
     # the dense optimizer, by a name an optimizer plugin offers (dense_optimizers hook):
     # adam_atan2 and adamw built in, lion with trm[lion]
     optimizer: str = "adam_atan2"
+    # train.optimizer = "muon" (trm.plugins.optimizers.muon): Muon's settings for the hidden
+    # weight matrices (the rest take the companion AdamW with lr, betas and weight_decay);
+    # defaults are Speed is Confidence's (arXiv 2601.19085)
+    muon_lr: float = 0.02
+    muon_momentum: float = 0.6
+    muon_weight_decay: float = 0.005
+    muon_ns_steps: int = 3
     puzzle_emb_lr: float = 1e-2
     puzzle_emb_weight_decay: float = 0.1
     ema: bool = False
@@ -88,6 +98,10 @@ class TrainSpec:
     eval_attempts: int = 1
     checkpoint_interval_steps: int = 0
     checkpoint_keep: int = 3
+    # winner-take-all latents (Speed is Confidence): K reasoning states z_L per puzzle carried
+    # through the supervision steps, only the lowest-loss one trained (trm.model.candidates);
+    # 1 is plain TRM training
+    latent_candidates: int = 1
 
     def total_steps(self, epoch_rows: int) -> int:
         """Steps of the whole schedule: ``max_steps``, else ``epochs`` of ``epoch_rows`` rows

@@ -319,6 +319,11 @@ def reference_config(
             f"arch.attention_window = {a.attention_window}: the reference implementation has "
             "dense attention only, so this run's network cannot be exported in its format"
         )
+    if a.swiglu_norm:
+        raise TrmError(
+            "arch.swiglu_norm = true: the reference implementation has the plain SwiGLU "
+            "only, so this run's network cannot be exported in its format"
+        )
     notes: list[str] = []
     arch: dict[str, Any] = {
         "name": ARCH_NAME,

@@ -147,6 +147,8 @@ class Sizes:
     buffers_other: int  # non-persistent buffers (RoPE tables)
     puzzle_table: int
     puzzle_ndim: int
+    # (name, shape) of every trainable parameter, for an optimizer's state by parameter kind
+    param_shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     @property
     def params(self) -> int:
@@ -186,6 +188,9 @@ def model_sizes(arch: ArchSpec, dataset: DatasetShape) -> Sizes:
         buffers_other=buffers_all - buffers_persistent,
         puzzle_table=model.puzzle_embedding_numel(),
         puzzle_ndim=arch.puzzle_emb_ndim,
+        param_shapes=tuple(
+            (name, tuple(p.shape)) for name, p in model.named_parameters() if p.requires_grad
+        ),
     )
 
 
@@ -445,6 +450,10 @@ class StepPlan:
     on_device: bool
     # bytes of state the dense optimizer keeps per parameter element (its DenseOptimizer's)
     optimizer_state_bytes_per_element: int
+    # bytes of state it keeps for all the parameters (DenseOptimizer.state_bytes_for)
+    optimizer_state_bytes: int = 0
+    # train.latent_candidates: every row runs this many reasoning states (activations x K)
+    candidates: int = 1
 
     @property
     def arch(self) -> ArchSpec:
@@ -476,10 +485,12 @@ class StepPlan:
         return -(-self.rows // self.micro)
 
     def carry_bytes(self, rows: int, state_bytes: int) -> int:
-        """Bytes of a carry of ``rows`` rows whose z_H and z_L take ``state_bytes`` bytes an
-        element, with its data (halted flag, steps, inputs and labels, puzzle identifier)."""
+        """Bytes of a carry of ``rows`` rows whose z_H and z_L (one z_L per latent
+        candidate) take ``state_bytes`` bytes an element, with its data (halted flag, steps,
+        inputs and labels, puzzle identifier)."""
         pd = self.sizes.positions * self.sizes.hidden
-        return rows * (2 * state_bytes * pd + 4 + 1 + self.dataset.seq_len * 2 * I64 + I64)
+        states = 1 + self.candidates
+        return rows * (states * state_bytes * pd + 4 + 1 + self.dataset.seq_len * 2 * I64 + I64)
 
 
 def plan_step(
@@ -496,17 +507,20 @@ def plan_step(
         optimizer = choose_dense_optimizer(BUILT_IN_OPTIMIZERS, spec.train.optimizer)
     world = env_world().size if world_size is None else world_size
     rows = max(1, spec.train.global_batch_size // max(1, world))
+    sizes = model_sizes(spec.arch, dataset)
     return StepPlan(
         spec=spec,
         runtime=runtime,
         dataset=dataset,
-        sizes=model_sizes(spec.arch, dataset),
+        sizes=sizes,
         world=world,
         rows=rows,
         micro=min(spec.runtime.micro_batch_size or rows, rows),
         checkpointing=spec.runtime.activation_checkpointing == "on",  # "auto": planned off
         on_device=runtime.backend.uses_device_memory(),
         optimizer_state_bytes_per_element=optimizer.state_bytes_per_element,
+        optimizer_state_bytes=optimizer.state_bytes_for(sizes.param_shapes),
+        candidates=spec.train.latent_candidates,
     )
 
 
@@ -531,8 +545,10 @@ class StepTensors:
 
 
 def step_tensors(step: StepPlan) -> StepTensors:
-    """The step's transient tensors (see :class:`StepTensors`)."""
-    arch, s, precision, micro = step.arch, step.sizes, step.precision, step.micro
+    """The step's transient tensors (see :class:`StepTensors`); with K latent candidates
+    every row runs K times, so the micro-batch's tensors are those of K x its rows."""
+    arch, s, precision = step.arch, step.sizes, step.precision
+    micro = step.micro * step.candidates
     compiled, checkpointing = step.runtime.compile, step.checkpointing
     # The loop keeps every micro-batch's new carry rows until the step ends (then writes them
     # back), so by the last micro-batch they cover all of this process's rows. z_H and z_L
@@ -575,9 +591,9 @@ def persistent_items(step: StepPlan) -> list[MemoryItem]:
         replicated("gradients", F32 * s.params, "one float32 gradient per parameter"),
         replicated(
             "optimizer states",
-            step.optimizer_state_bytes_per_element * s.params,
-            f"{train.optimizer}: {step.optimizer_state_bytes_per_element} bytes of state per "
-            "parameter",
+            step.optimizer_state_bytes,
+            f"{train.optimizer}: {step.optimizer_state_bytes / max(s.params, 1):.3g} bytes of "
+            "state per parameter",
         ),
         replicated(
             "EMA copy",
@@ -630,10 +646,15 @@ def persistent_items(step: StepPlan) -> list[MemoryItem]:
             "carry (z_H, z_L)",
             step.carry_bytes(step.rows, F32),
             where,
-            f"float32 z_H and z_L for {whose}, with their data",
+            f"float32 z_H and {_reasoning_states(step)} for {whose}, with their data",
         )
     )
     return items
+
+
+def _reasoning_states(step: StepPlan) -> str:
+    """``z_L``, or how many a row holds with latent candidates."""
+    return "z_L" if step.candidates == 1 else f"{step.candidates} z_L (latent candidates)"
 
 
 def activation_items(step: StepPlan, tensors: StepTensors) -> list[MemoryItem]:
@@ -649,7 +670,9 @@ def activation_items(step: StepPlan, tensors: StepTensors) -> list[MemoryItem]:
             tensors.kept,
             where,
             f"{arch.L_cycles + 1} grad-carrying network calls x {arch.L_layers} layers, "
-            f"micro-batch {micro}, {step.precision} ({how})",
+            f"micro-batch {micro}"
+            + (f" x {step.candidates} latent candidates" if step.candidates > 1 else "")
+            + f", {step.precision} ({how})",
         )
     ]
     if step.checkpointing:
@@ -700,7 +723,7 @@ def host_items(
             _item(
                 "checkpoint snapshot",
                 F32 * (s.params + s.buffers_persistent + ema_params)
-                + step.optimizer_state_bytes_per_element * s.params
+                + step.optimizer_state_bytes
                 + step.carry_bytes(step.global_batch, F32),
                 "host",
                 "rank 0's host copy of a checkpoint while a background thread writes it "
@@ -726,7 +749,9 @@ def device_step_memory(step: StepPlan, tensors: StepTensors) -> StepMemory:
     blocks = block_tensors(arch, step.sizes, step.precision, step.runtime.compile)
     calls = 1 if step.checkpointing else arch.L_cycles + 1
     return StepMemory(
-        activation_tensor_bytes=tuple(b * step.micro for block in blocks.values() for b in block),
+        activation_tensor_bytes=tuple(
+            b * step.micro * step.candidates for block in blocks.values() for b in block
+        ),
         activation_tensor_copies=calls * arch.L_layers,
         reallocated_bytes=tensors.activations + tensors.transient,
         gradient_bytes=F32 * step.sizes.params,
@@ -739,7 +764,12 @@ def host_allocator_items(step: StepPlan, tensors: StepTensors) -> list[MemoryIte
     allowances, see the constants)."""
     runtime = step.runtime
     slack, small = heap_slack_share(
-        step.arch, step.sizes, step.precision, step.micro, step.rows, runtime
+        step.arch,
+        step.sizes,
+        step.precision,
+        step.micro * step.candidates,
+        step.rows * step.candidates,
+        runtime,
     )
     grows = f"; the heap grows over the step's {step.micro_batches} micro-batches"
     return [
