@@ -265,7 +265,7 @@ def test_the_model_cards_metadata_reads_back_as_given_with_any_text():
     from huggingface_hub import ModelCard
 
     from trm.data.shape import DatasetShape
-    from trm.interop.hf_card import RunRecord, model_card
+    from trm.plugins.formats.hf_card import RunRecord, model_card
     from trm.spec import load_spec, resolve_spec_path
 
     spec = load_spec(resolve_spec_path("quickstart"))

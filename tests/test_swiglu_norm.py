@@ -107,7 +107,7 @@ def test_a_model_with_it_trains(mlp_t: bool) -> None:
 
 
 def test_the_reference_export_refuses_it_in_one_line() -> None:
-    from trm.interop.reference_config import reference_config
+    from trm.plugins.formats.reference_config import reference_config
 
     spec = RunSpec(arch=ArchSpec(swiglu_norm=True))
     with pytest.raises(TrmError, match=r"arch\.swiglu_norm = true: the reference") as raised:
