@@ -26,15 +26,17 @@ class HeldLock:
 
 def hold_lock(path: Path, wait: bool = False) -> HeldLock | None:
     """Take the exclusive lock on ``path`` (created when missing) and write ``pid N`` into it;
-    None when another process holds it (``wait``: block until it is free). OSError when the
-    file cannot be created."""
+    None when another process holds it. ``wait``: block until it is free, and leave the
+    file as it is (a lock taken for a moment, such as a study's ``.ask.lock``). OSError when
+    the file cannot be created."""
     lock = FileLock(str(path), timeout=-1 if wait else 0)
     try:
         lock.acquire()
     except Timeout:
         return None
-    with path.open("w", encoding="utf-8") as holder:
-        holder.write(f"pid {os.getpid()}\n")
+    if not wait:
+        with path.open("w", encoding="utf-8") as holder:
+            holder.write(f"pid {os.getpid()}\n")
     return HeldLock(path, lock)
 
 

@@ -140,19 +140,20 @@ def make_storage(url: str, study_file: StudyFile | None) -> Any:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     options: dict[str, Any] = {}
-    if study_file is not None:
-        retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)
-        keyword = "heartbeat_stale_trial_callback"
-        if retry is None:  # Optuna before 4.9 names them "failed trial"
-            retry, keyword = optuna.storages.RetryFailedTrialCallback, "failed_trial_callback"
-        options = {
-            "heartbeat_interval": study_file.heartbeat_s,
-            "grace_period": study_file.grace_s,
-            keyword: retry(max_retry=MAX_RETRIES),
-        }
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if study_file is not None:
+                retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)
+                keyword = "heartbeat_stale_trial_callback"
+                if retry is None:  # Optuna before 4.9 names them "failed trial"
+                    retry = optuna.storages.RetryFailedTrialCallback
+                    keyword = "failed_trial_callback"
+                options = {
+                    "heartbeat_interval": study_file.heartbeat_s,
+                    "grace_period": study_file.grace_s,
+                    keyword: retry(max_retry=MAX_RETRIES),
+                }
             return optuna.storages.RDBStorage(url, **options)
     except ImportError as exc:
         raise TrmError(
@@ -425,7 +426,12 @@ def _run_workers(
     for value in plugins:
         command += ["--plugins", value]
     log(f"{workers} workers share the study, each with 1/{workers} of the cores and memory")
-    processes = [subprocess.Popen(command) for _ in range(workers)]
+    # a worker's stdout goes to this process's stderr: the parent's stdout is its table alone
+    try:
+        worker_stdout: int | None = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a stderr that is no file (captured)
+        worker_stdout = None
+    processes = [subprocess.Popen(command, stdout=worker_stdout) for _ in range(workers)]
     terminated = threading.Event()
 
     def pass_on(signum: int, frame: Any) -> None:
@@ -452,12 +458,14 @@ def _run_workers(
 @attrs.frozen
 class Claimed:
     """A trial this worker runs: the Optuna ``trial``, its ``run_dir`` and held ``claim``,
-    and ``resumed`` (a cut-off trial whose run directory is here: it resumes)."""
+    ``resumed`` (a cut-off trial whose run directory is here: it resumes) and
+    ``retried_from`` (the number of the cut-off trial it runs again; None: a first run)."""
 
     trial: Any
     run_dir: Path
     claim: HeldLock
     resumed: bool
+    retried_from: int | None = None
 
 
 # _claim's answer when nothing is free now but a trial still runs somewhere
@@ -559,7 +567,8 @@ def _hold(study: Any, study_file: StudyFile, folder: StudyFolder, trial: Any) ->
     study._storage.record_heartbeat(trial._trial_id)
     trial.set_user_attr("folder", folder.folder_id)
     trial.set_user_attr("run_dir", str(run_dir))
-    return Claimed(trial, run_dir, claim, resumed)
+    retried_from = frozen.system_attrs.get("failed_trial")
+    return Claimed(trial, run_dir, claim, resumed, retried_from)
 
 
 def _requeue_cut_off(study: Any, folder: StudyFolder) -> None:
@@ -572,9 +581,9 @@ def _requeue_cut_off(study: Any, folder: StudyFolder) -> None:
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         optuna.storages.fail_stale_trials(study)
     storage = study._storage
-    callback = getattr(storage, "heartbeat_stale_trial_callback", None) or getattr(
-        storage, "failed_trial_callback", None
-    )
+    callback = getattr(
+        storage, "get_heartbeat_stale_trial_callback", storage.get_failed_trial_callback
+    )()  # Optuna before 4.9 names it "failed trial"
     for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         run_dir = frozen.user_attrs.get("run_dir")
         if frozen.user_attrs.get("folder") != folder.folder_id or not run_dir:
@@ -659,7 +668,7 @@ def _run_trial(
     overrides = trial_overrides(study_file, params)
     _set_attr(trial, "command", trial_command(study_file, overrides))
     shown = ", ".join(f"{k}={v!r}" for k, v in params.items())
-    retried = trial.system_attrs.get("failed_trial")
+    retried = claimed.retried_from
     again = f" (trial {retried}, cut off)" if retried is not None else ""
     verb = "resuming" if claimed.resumed else "starting"
     log(f"{verb} trial {trial.number}{again}: {shown}")
