@@ -543,7 +543,9 @@ def _claim(
             and not study_file.is_grid
             and counted + len(points) < study_file.trials
         ):
-            trial = study.ask()
+            with warnings.catch_warnings():  # Optuna's note that heartbeats suit optimize()
+                warnings.simplefilter("ignore", UserWarning)
+                trial = study.ask()
         if trial is None:
             running = any(t.state == TrialState.RUNNING for t in trials)
             return WAIT if running or (points and new_trials) else None
