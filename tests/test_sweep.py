@@ -601,3 +601,31 @@ def test_one_lock_helper_is_free_again_when_its_holder_is_killed(tmp_path):
     held = hold_lock(path)
     assert held is not None and lock_holder(path) == f"pid {os.getpid()}"
     held.close()
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_parent_of_workers_stops_them_with_their_checkpoints(tiny, tmp_path):
+    import psutil
+
+    spec = write_spec(tmp_path / "spec", tiny.base / "data", eval_interval=4, max_steps=400)
+    study = _study(tmp_path, spec, space='"arch.L_cycles" = { grid = [1, 2] }', trials=2)
+    out = tmp_path / "out"
+    parent = _sweep(study, "--out", out, "--workers", "2", wait=False)
+    runs = [out / "trials" / "0000", out / "trials" / "0001"]
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not all(
+        (run / "checkpoints").is_dir() and checkpoint_steps(run) for run in runs
+    ):
+        assert parent.poll() is None, parent.communicate()[1][-3000:]
+        time.sleep(0.2)
+    workers = psutil.Process(parent.pid).children()
+    assert len(workers) == 2
+    parent.send_signal(signal.SIGTERM)
+    _, err = parent.communicate(timeout=300)
+    assert parent.returncode == 130, err[-3000:]
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive  # no worker goes on training
+    trials = _document(out)
+    assert [trials[n][0] for n in (0, 1)] == ["RUNNING", "RUNNING"]  # resumed by the next sweep
+    for run in runs:
+        assert json.loads((run / "summary.json").read_text())["stopped"] == "terminated"

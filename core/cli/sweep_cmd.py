@@ -1,6 +1,7 @@
 """``trm sweep STUDY.toml [--workers N] [--out DIR] [--storage URL] [--json]``: a study of
 many runs on Optuna (docs/sweeps.md). Prints the trials' table (``--json``: the study's
-document alone on stdout, the trials' progress on stderr); exit 130 when a signal stopped it (run it again to resume)."""
+document alone on stdout, the trials' progress on stderr); exit 130 when a signal stopped it
+(run it again to resume)."""
 
 from __future__ import annotations
 
