@@ -629,3 +629,23 @@ def test_sigterm_to_a_parent_of_workers_stops_them_with_their_checkpoints(tiny, 
     assert [trials[n][0] for n in (0, 1)] == ["RUNNING", "RUNNING"]  # resumed by the next sweep
     for run in runs:
         assert json.loads((run / "summary.json").read_text())["stopped"] == "terminated"
+
+
+def test_the_documented_postgres_install_gives_the_driver_sqlalchemy_loads_for_the_url():
+    import tomllib
+
+    from trm.studies.runner import storage_url
+
+    root = Path(__file__).resolve().parent.parent
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert any(name.startswith("psycopg[binary]") for name in extras["postgres"])
+    assert any(name.startswith("psycopg[binary]") for name in extras["test"])
+    assert "pip install -e '.[postgres]'" in (root / "docs" / "sweeps.md").read_text()
+    pytest.importorskip("psycopg")
+    from sqlalchemy.engine import make_url
+
+    url = make_url(storage_url(Path(), "postgresql://user:secret@db.example/studies"))
+    assert url.get_dialect().driver == "psycopg"
+    url.get_dialect().import_dbapi()  # what fails as "Failed to import DB access module"

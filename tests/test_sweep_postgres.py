@@ -5,7 +5,7 @@ finishes.
 
 The server is started in a temporary folder with PostgreSQL's own `initdb` and `pg_ctl`
 (README: Tests says how to install them); the test skips, naming what is missing, where they
-or the psycopg driver (`pip install 'trm[postgres]'`) are not installed. As root the server
+or the psycopg driver (`pip install -e '.[postgres]'`) are not installed. As root the server
 runs as an unprivileged user (PostgreSQL refuses root), through `runuser`.
 """
 
@@ -74,7 +74,7 @@ def postgres() -> str:
     try:
         import psycopg
     except ImportError:
-        pytest.skip("the psycopg driver is not installed: pip install 'trm[postgres]'")
+        pytest.skip("the psycopg driver is not installed: pip install -e '.[postgres]'")
     prefix, user = _as_server_user()
     # not under pytest's tmp_path: its parents are closed to the unprivileged server user
     folder = Path(tempfile.mkdtemp(prefix="trm-postgres-"))

@@ -69,7 +69,7 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 def storage_url(out_dir: Path, storage: str | None) -> str:
     """The Optuna storage: ``storage`` as given (a database URL Optuna takes: sqlite:///…,
     postgresql://…, mysql://…), else SQLite in ``out_dir/study.db``. ``postgresql://`` and
-    ``postgres://`` without a driver name mean psycopg 3 (``pip install 'trm[postgres]'``),
+    ``postgres://`` without a driver name mean psycopg 3 (the ``postgres`` extra),
     whatever SQLAlchemy's default for them."""
     if storage is None:
         return f"sqlite:///{(out_dir / STUDY_DB).resolve()}"
@@ -158,7 +158,7 @@ def make_storage(url: str, study_file: StudyFile | None) -> Any:
     except ImportError as exc:
         raise TrmError(
             f"the storage {shown_url(url)} needs its database driver ({exc}); for "
-            "postgresql:// run pip install 'trm[postgres]'"
+            "postgresql:// run pip install -e '.[postgres]' in trm's checkout"
         ) from None
     except Exception as exc:  # sqlalchemy's errors for an unreachable or odd database
         raise TrmError(
