@@ -570,6 +570,10 @@ def test_a_study_resumed_after_its_time_budget_finishes_the_cut_off_trial(
     runner._work(study, study_file, folder, 1, (), lines.append)
     states = [t.state.name for t in study.get_trials()]
     assert states == ["FAIL", "WAITING", "WAITING", "WAITING", "COMPLETE"]
+    from trm.studies.results import read_study_result
+
+    rows = read_study_result(study, tmp_path).trials
+    assert rows[0].error == "cut off; run again as trial 4"
     assert any("resuming trial 4 (trial 0, cut off)" in line for line in lines)
     assert hold_lock(claimed.run_dir.with_suffix(".claim")) is not None
 
