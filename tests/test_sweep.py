@@ -653,3 +653,17 @@ def test_the_documented_postgres_install_gives_the_driver_sqlalchemy_loads_for_t
     url = make_url(storage_url(Path(), "postgresql://user:secret@db.example/studies"))
     assert url.get_dialect().driver == "psycopg"
     url.get_dialect().import_dbapi()  # what fails as "Failed to import DB access module"
+
+
+def test_sweep_json_prints_the_document_alone_on_stdout(tiny, tmp_path, cli, monkeypatch):
+    from trm.studies import runner
+
+    def training_that_shows_progress(options, log):
+        print("step 1/12  55 samples/s  loss 1.8867")  # what the progress plugin prints
+        return _completed(options)
+
+    monkeypatch.setattr(runner, "run_training", training_that_shows_progress)
+    result = cli("sweep", _study(tmp_path, tiny.spec), "--out", tmp_path / "out", "--json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["counts"] == {"complete": 4}
+    assert "step 1/12" in result.err
