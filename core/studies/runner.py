@@ -530,8 +530,7 @@ def _claim(
         candidates = retries + (points if new_trials else [])
         trial = None
         for frozen in candidates:
-            # WAITING -> RUNNING is atomic in the storage: False when another worker took it
-            if study._storage.set_trial_state_values(frozen._trial_id, state=TrialState.RUNNING):
+            if _take_waiting(study, frozen._trial_id):
                 trial = optuna.Trial(study, frozen._trial_id)
                 break
         counted = sum(
@@ -550,6 +549,18 @@ def _claim(
             running = any(t.state == TrialState.RUNNING for t in trials)
             return WAIT if running or (points and new_trials) else None
         return _hold(study, study_file, folder, trial)
+
+
+def _take_waiting(study: Any, trial_id: int) -> bool:
+    """Move a WAITING trial to RUNNING; the storage makes it atomic: False when another
+    worker took it (or finished it) first."""
+    import optuna
+    from optuna.trial import TrialState
+
+    try:
+        return bool(study._storage.set_trial_state_values(trial_id, state=TrialState.RUNNING))
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
 
 
 def _hold(study: Any, study_file: StudyFile, folder: StudyFolder, trial: Any) -> Claimed:

@@ -71,7 +71,7 @@ EVAL_METRICS = ("exact_accuracy", "cell_accuracy")
 DIRECTIONS = ("maximize", "minimize")
 PRUNERS = ("median", "none")
 # the most trials one study runs (a grid's points beyond it need study.trials)
-MAX_TRIALS = 100_000
+MAX_TRIALS = 10_000
 # a study's name is its default folder's name (runs/NAME) and the storage's key
 MAX_NAME_CHARS = 100
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._ -]*")
