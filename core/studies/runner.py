@@ -155,10 +155,11 @@ def make_storage(url: str, study_file: StudyFile | None) -> Any:
                     keyword: retry(max_retry=MAX_RETRIES),
                 }
             return optuna.storages.RDBStorage(url, **options)
-    except ImportError as exc:
+    except ImportError:
         raise TrmError(
-            f"the storage {shown_url(url)} needs its database driver ({exc}); for "
-            "postgresql:// run pip install -e '.[postgres]' in trm's checkout"
+            f"the storage {shown_url(url)} needs its database's Python driver, which is not "
+            "installed; for postgresql:// run pip install -e '.[postgres]' in trm's checkout, "
+            "for another database the driver SQLAlchemy names for its URL"
         ) from None
     except Exception as exc:  # sqlalchemy's errors for an unreachable or odd database
         raise TrmError(
