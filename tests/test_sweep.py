@@ -667,3 +667,23 @@ def test_sweep_json_prints_the_document_alone_on_stdout(tiny, tmp_path, cli, mon
     assert result.code == 0, result.err
     assert json.loads(result.out)["counts"] == {"complete": 4}
     assert "step 1/12" in result.err
+
+
+def test_the_pruning_plugin_stops_a_trial_the_storage_finished_meanwhile():
+    import optuna
+
+    from trm.control import TrainControl
+    from trm.studies.plugins import TAKEN_OVER, TrialPruning
+
+    class FinishedTrial:
+        number = 3
+
+        def report(self, value: float, step: int) -> None:
+            raise optuna.exceptions.UpdateFinishedTrialError("trial 3 is already finished")
+
+    control = TrainControl()
+    TrialPruning(FinishedTrial(), "exact_accuracy").on_eval(
+        SimpleNamespace(step=10), {"exact_accuracy": 0.5}, control
+    )
+    assert control.stop_reason == TAKEN_OVER
+    assert "trial 3 was failed as cut off" in control.messages[-1]
