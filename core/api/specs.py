@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trm.errors import TrmError
 from trm.spec import RunSpec, apply_overrides, load_spec, resolve_spec_path, validate
+
+if TYPE_CHECKING:
+    from trm.plugin_manager import TrmPluginManager
 
 SpecLike = str | Path | RunSpec
 
@@ -26,3 +30,13 @@ def read_spec(spec: SpecLike, overrides: Iterable[str] = ()) -> RunSpec:
             f"not {type(spec).__name__}"
         )
     return apply_overrides(loaded, list(overrides))
+
+
+def check_spec_with_plugins(pm: TrmPluginManager, spec: RunSpec) -> None:
+    """Refuse ``spec`` as ``trm run`` does before it writes anything: a device no backend
+    claims, an optimizer no enabled plugin offers (or whose build cannot work), a
+    ``[plugins.NAME]`` table naming no installed plugin, then every enabled plugin's
+    ``check_spec``. TrmError naming the key path; nothing is built or written."""
+    from trm.plan.pipeline import check_spec
+
+    check_spec(pm, spec)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import attrs
 
@@ -45,6 +45,7 @@ from trm.device.rank_agreement import (
 )
 from trm.device.threads import torch_threads_kept
 from trm.errors import TrmError
+from trm.file_lock import HeldLock
 from trm.init_from import check_init_from
 from trm.loop import Trainer
 from trm.loop.checkpoints import parse_interval
@@ -241,7 +242,7 @@ def _warn_about_plugins(pm: TrmPluginManager, world: World, log: Log) -> None:
 
 def _claim_and_plan(
     options: RunOptions, pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log
-) -> tuple[IO[str] | None, Plan, Path, BudgetPlan | None]:
+) -> tuple[HeldLock | None, Plan, Path, BudgetPlan | None]:
     """Rank 0: check, create and lock the run directory, check the reuse rules (``--resume``,
     ``--replace``), then plan and build the data. Returns the lock (the caller closes it)
     and the plan. A refusal (TrmError) — or any other failure before training starts —

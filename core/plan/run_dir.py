@@ -5,10 +5,9 @@ run that this one would train over, room for checkpoints, and the files that des
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import torch
@@ -16,6 +15,7 @@ from attrs import frozen
 
 from trm.data.shape import DatasetShape
 from trm.errors import TrmError
+from trm.file_lock import HeldLock, hold_lock, lock_holder
 from trm.plan.pipeline import Plan
 from trm.spec import RunSpec, load_spec, spec_to_toml
 
@@ -143,27 +143,16 @@ def preflight(run_dir: Path) -> None:
         raise TrmError(f"only {free // 2**20} MiB free at {run_dir}; free space or use --out")
 
 
-def lock_run_dir(run_dir: Path) -> IO[str] | None:
-    """Hold an exclusive lock on ``run_dir`` for this process's life (POSIX; else no-op)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        return None
-    handle = (run_dir / LOCK_FILE).open("a+")
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
+def lock_run_dir(run_dir: Path) -> HeldLock:
+    """Hold an exclusive lock on ``run_dir`` for this process's life (:func:`hold_lock`);
+    TrmError naming the holder when another process holds it."""
+    lock = hold_lock(run_dir / LOCK_FILE)
+    if lock is None:
         raise TrmError(
-            f"{run_dir} is in use by another trm run ({holder}); wait for it or use another --out"
-        ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()}\n")
-    handle.flush()
-    return handle
+            f"{run_dir} is in use by another trm run ({lock_holder(run_dir / LOCK_FILE)}); "
+            "wait for it or use another --out"
+        )
+    return lock
 
 
 def estimate_checkpoint_bytes(

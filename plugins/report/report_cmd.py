@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if check_report_folder(out_dir):
         info(f"replacing the report in {out_dir}")
-    if len(args.run_dirs) == 1 and (args.run_dirs[0] / STUDY_DB).is_file():
+    if len(args.run_dirs) == 1 and (args.run_dirs[0] / STUDY_DB).exists():
         return _study_report(args.run_dirs[0], out_dir, args.json, args.plugins)
     report = make_report(args.run_dirs, out_dir)
     for summary in report.document["runs"]:

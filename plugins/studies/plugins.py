@@ -17,13 +17,17 @@ from trm.state import TrainState
 
 # summary.json's ``stopped`` for a trial the pruner stopped
 PRUNED = "pruned"
+# summary.json's ``stopped`` for a trial another worker took over (its heartbeat lapsed)
+TAKEN_OVER = "taken-over"
 
 
 class TrialPruning:
     """After each evaluation: report ``field`` of the evaluation row to the Optuna ``trial``
     at the optimizer step; when the study's pruner says the trial is hopeless, say so and
-    stop the run with a checkpoint (``stopped`` "pruned"). ``field`` None: nothing to
-    report (the objective follows no evaluation)."""
+    stop the run with a checkpoint (``stopped`` "pruned"). A trial the storage finished
+    meanwhile (cut off by its lapsed heartbeat, queued for another worker) is stopped
+    (``stopped`` "taken-over"). ``field`` None: nothing to report (the objective follows no
+    evaluation)."""
 
     def __init__(self, trial: Any, field: str | None) -> None:
         self.trial = trial
@@ -34,7 +38,17 @@ class TrialPruning:
         value = metrics.get(self.field) if self.field else None
         if value is None:
             return
-        self.trial.report(float(value), step=state.step)
+        import optuna
+
+        try:
+            self.trial.report(float(value), step=state.step)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            control.log(
+                f"trial {self.trial.number} was failed as cut off (its heartbeat lapsed) and "
+                "is queued for another worker; stopping it here"
+            )
+            control.stop(TAKEN_OVER)
+            return
         if self.trial.should_prune():
             control.log(
                 f"trial {self.trial.number} pruned at step {state.step}: {self.field} "

@@ -13,7 +13,8 @@ import attrs
 class TrialRow:
     """One trial: its ``number``, ``state`` ("complete", "pruned", "fail", "running",
     "waiting"), ``value`` (the objective; None unless complete), ``params``, ``run_dir``,
-    ``wall_s`` (seconds of training), ``error`` (a failed trial's line), ``command`` (the
+    ``wall_s`` (seconds of training), ``error`` (a failed trial's line; for a trial cut off
+    and queued again, the number of the trial that ran it again), ``command`` (the
     ``trm run`` that trains it again) and ``last_reported`` (the last evaluation value the
     pruner saw, with its step: where a pruned trial stood)."""
 
@@ -94,9 +95,19 @@ def read_study_result(study: Any, out_dir: Path) -> StudyResult:
     """The rows of an Optuna ``study`` whose trials ran into ``out_dir``."""
     from optuna.trial import TrialState
 
+    trials = study.get_trials(deepcopy=False)
+    # a trial cut off (its worker died) and queued again: the number of its retry
+    retried_as = {
+        number: trial.number
+        for trial in trials
+        for number in trial.system_attrs.get("retry_history", [])[-1:]
+    }
     rows = []
-    for trial in study.get_trials(deepcopy=False):
+    for trial in trials:
         attrs_ = trial.user_attrs
+        error = attrs_.get("error")
+        if trial.state == TrialState.FAIL and trial.number in retried_as:
+            error = f"cut off; run again as trial {retried_as[trial.number]}"
         rows.append(
             TrialRow(
                 number=trial.number,
@@ -105,7 +116,7 @@ def read_study_result(study: Any, out_dir: Path) -> StudyResult:
                 params=dict(trial.params),
                 run_dir=attrs_.get("run_dir"),
                 wall_s=attrs_.get("wall_s"),
-                error=attrs_.get("error"),
+                error=error,
                 command=attrs_.get("command"),
                 last_reported=_last(trial.intermediate_values),
             )

@@ -7,7 +7,9 @@ spec = "quickstart"          # a shipped spec's name or a TOML path (relative to
 max_steps = 300              # each trial's --max-steps (optional)
 trials = 8                   # at most this many trials (a grid: its points, by default)
 time_budget_s = 3600         # start no trial after this many seconds (optional)
-seed = 0                     # the sampler's seed
+seed = 0                     # the sampler's seed (each trial's is drawn from it)
+heartbeat_s = 30             # a running trial's heartbeat in the storage (optional)
+grace_s = 120                # a trial silent this long was cut off: another worker retries it
 
 [study.fixed]                # --set overrides every trial takes
 "runtime.precision" = "fp32"
@@ -29,17 +31,20 @@ warmup_steps = 100           # optimizer steps of a trial before it may be prune
 ```
 
 A space whose every parameter is a ``grid`` runs each point once (in a fixed order); any other
-space is sampled by Optuna's default sampler (TPE), seeded, with ``grid`` read as choices.
+space is sampled by Optuna's default sampler (TPE), seeded per trial from ``seed`` and the
+trial's number, with ``grid`` read as choices.
 Everything is checked before a trial starts: each key is a spec key the base spec has (with
 each choice's and bound's type checked by the spec reader), the space is not empty, the
-objective is a number trm writes.
+objective is a number trm writes, every plugin a swept ``plugins.NAME.KEY`` reaches takes
+the values (:func:`check_plugin_keys`), the name is a folder name.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +70,12 @@ SUMMARY_METRICS = (
 EVAL_METRICS = ("exact_accuracy", "cell_accuracy")
 DIRECTIONS = ("maximize", "minimize")
 PRUNERS = ("median", "none")
+# the most trials one study runs (a grid's points beyond it need study.trials)
+MAX_TRIALS = 10_000
+# a study's name is its default folder's name (runs/NAME) and the storage's key
+MAX_NAME_CHARS = 100
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._ -]*")
+HEARTBEAT_S, GRACE_S = 30, 120
 # the evaluation field a summary metric follows while a trial runs (what pruning watches)
 _FOLLOWS = {
     "best_exact_accuracy": "exact_accuracy",
@@ -125,19 +136,29 @@ class StudyFile:
     pruner: str = "median"
     startup_trials: int = 2
     warmup_steps: int = 0
+    heartbeat_s: int = HEARTBEAT_S
+    grace_s: int = GRACE_S
 
     @property
     def is_grid(self) -> bool:
         """Every parameter is a grid: each point runs once, in order."""
         return all(p.kind == "grid" for p in self.parameters)
 
-    def grid_points(self) -> list[dict[str, Any]]:
-        """Every point of a grid study, in a fixed order (the last key varies fastest)."""
+    def grid_points(self) -> Iterator[dict[str, Any]]:
+        """The points of a grid study one by one, in a fixed order (the last key varies
+        fastest); never all at once, as a grid may have more points than memory holds."""
         keys = [p.key for p in self.parameters]
-        return [
-            dict(zip(keys, values, strict=True))
-            for values in itertools.product(*(p.values for p in self.parameters))
-        ]
+        for values in itertools.product(*(p.values for p in self.parameters)):
+            yield dict(zip(keys, values, strict=True))
+
+    def definition(self) -> dict[str, Any]:
+        """What a study's stored trials depend on — the space, the objective's metric and
+        direction — as plain data, kept in the storage to compare a resumed study with."""
+        return {
+            "space": {p.key: p.describe() for p in self.parameters},
+            "metric": self.metric,
+            "direction": self.direction,
+        }
 
     @property
     def eval_metric(self) -> str | None:
@@ -162,7 +183,17 @@ def read_study_file(path: Path) -> StudyFile:
     study = _table(data, "study", where, required=True)
     _only(
         study,
-        ("name", "spec", "max_steps", "trials", "time_budget_s", "seed", "fixed"),
+        (
+            "name",
+            "spec",
+            "max_steps",
+            "trials",
+            "time_budget_s",
+            "seed",
+            "fixed",
+            "heartbeat_s",
+            "grace_s",
+        ),
         where,
         "study.",
     )
@@ -206,6 +237,8 @@ def read_study_file(path: Path) -> StudyFile:
         raise TrmError(
             f"{where}: study.trials is missing; say how many trials to run (a grid runs its points)"
         )
+    if grid_size is not None:
+        trials = min(trials, grid_size)
     time_budget = study.get("time_budget_s")
     if time_budget is not None and (
         isinstance(time_budget, bool)
@@ -216,9 +249,19 @@ def read_study_file(path: Path) -> StudyFile:
         raise TrmError(
             f"{where}: study.time_budget_s must be a number of seconds above 0, not {time_budget!r}"
         )
-    name = study.get("name", path.stem)
-    if not isinstance(name, str) or not name.strip():
-        raise TrmError(f"{where}: study.name must be text, not {name!r}")
+    if trials > MAX_TRIALS:
+        raise TrmError(
+            f"{where}: study.trials is {trials:,}; a study runs at most {MAX_TRIALS:,} trials "
+            "(a grid: set study.trials to run its first points)"
+        )
+    name = _name(study.get("name", path.stem), where)
+    heartbeat_s = _whole(study, "heartbeat_s", where, "study.", default=HEARTBEAT_S)
+    grace_s = _whole(study, "grace_s", where, "study.", default=max(GRACE_S, 2 * heartbeat_s))
+    if not grace_s > heartbeat_s:
+        raise TrmError(
+            f"{where}: study.grace_s ({grace_s}) must be above study.heartbeat_s ({heartbeat_s}),"
+            " or a running trial would be taken for a cut-off one between two heartbeats"
+        )
     return StudyFile(
         path=path,
         name=name,
@@ -235,7 +278,26 @@ def read_study_file(path: Path) -> StudyFile:
         pruner=kind,
         startup_trials=_whole(pruner, "startup_trials", where, "pruner.", default=2, least=0),
         warmup_steps=_whole(pruner, "warmup_steps", where, "pruner.", default=0, least=0),
+        heartbeat_s=heartbeat_s,
+        grace_s=grace_s,
     )
+
+
+def _name(name: Any, where: str) -> str:
+    """A study name that is one folder's name under runs/: letters, digits, ``. _ -`` and
+    spaces, starting with a letter or digit, at most MAX_NAME_CHARS characters."""
+    if not isinstance(name, str) or not name.strip():
+        raise TrmError(f"{where}: study.name must be text, not {name!r}")
+    if len(name) > MAX_NAME_CHARS:
+        raise TrmError(
+            f"{where}: study.name is {len(name)} characters; give at most {MAX_NAME_CHARS}"
+        )
+    if not _NAME.fullmatch(name):
+        raise TrmError(
+            f"{where}: study.name {name!r} is not a folder name; use letters, digits, '.', "
+            "'_', '-' and spaces, starting with a letter or digit"
+        )
+    return name
 
 
 def _only(table: Mapping[str, Any], allowed: tuple[str, ...], where: str, prefix: str) -> None:
@@ -350,17 +412,43 @@ def _check_keys(base: RunSpec, parameters: tuple[Parameter, ...], where: str) ->
     """Each swept key is a spec key, and each value the space can give is one the spec takes
     (the choices, and both bounds of a range), by applying them as ``--set`` does."""
     for parameter in parameters:
-        samples = (
-            parameter.values
-            if parameter.values
-            else (_bound(parameter, parameter.low), _bound(parameter, parameter.high))
-        )
-        for sample in samples:
+        for sample in _samples(parameter):
             try:
                 read_spec(base, override_texts({parameter.key: sample}))
             except TrmError as exc:
                 message = str(exc).removeprefix("--set ")
                 raise TrmError(f"{where}: space.{parameter.key}: {message}") from None
+
+
+def check_plugin_keys(study_file: StudyFile, plugins: tuple[str, ...] = ()) -> None:
+    """Every value the space can give is one the run's plugins take: each is applied to the
+    base spec and the plugins it switches on (with ``plugins``, the ``--plugins`` values)
+    check it as before a run (``check_spec``) — so a ``plugins.NAME.KEY`` the plugin does not
+    take is refused before any trial, not by each trial."""
+    from trm.api.specs import check_spec_with_plugins
+    from trm.plugin_manager import load_plugins
+
+    where = f"study file {study_file.path}"
+    managers: dict[tuple[str, ...], Any] = {}
+    for parameter in study_file.parameters:
+        for sample in _samples(parameter):
+            spec = read_spec(study_file.base, override_texts({parameter.key: sample}))
+            tables = tuple(sorted(spec.plugins))
+            if tables not in managers:
+                managers[tables] = load_plugins(plugins, spec_tables=tables)
+            try:
+                check_spec_with_plugins(managers[tables], spec)
+            except TrmError as exc:
+                message = str(exc).removeprefix("spec: ")
+                raise TrmError(f"{where}: space.{parameter.key} = {sample!r}: {message}") from None
+
+
+def _samples(parameter: Parameter) -> tuple[Any, ...]:
+    """The values of ``parameter`` that stand for all it can give: its choices, or both
+    bounds of its range."""
+    if parameter.values:
+        return parameter.values
+    return (_bound(parameter, parameter.low), _bound(parameter, parameter.high))
 
 
 def _bound(parameter: Parameter, value: float) -> Any:

@@ -10,7 +10,7 @@ from trm.errors import TrmError
 from trm.paths import default_run_dir
 from trm.plugins.studies.results import StudyResult
 from trm.plugins.studies.runner import run_study
-from trm.plugins.studies.study_file import read_study_file
+from trm.plugins.studies.study_file import check_plugin_keys, read_study_file
 
 # the most worker processes one machine runs (each needs a core)
 MAX_WORKERS = 256
@@ -57,6 +57,7 @@ def sweep_study(
             "trm sweep runs studies on Optuna, which is not installed: pip install 'trm[sweep]'"
         ) from None
     study_file = read_study_file(path)
+    check_plugin_keys(study_file, plugins)
     out_dir = default_run_dir(study_file.name, out)
     return run_study(study_file, out_dir, workers, storage, log, worker_of, plugins)
 

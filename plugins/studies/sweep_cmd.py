@@ -1,10 +1,13 @@
 """``trm sweep STUDY.toml [--workers N] [--out DIR] [--storage URL] [--json]``: a study of
 many runs on Optuna (docs/sweeps.md). Prints the trials' table (``--json``: the study's
-document); exit 130 when a signal stopped it (run it again to resume)."""
+document alone on stdout, the trials' progress on stderr); exit 130 when a signal stopped it
+(run it again to resume)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 from pathlib import Path
 
 from trm.cli.output import info, print_json
@@ -50,15 +53,17 @@ def run(args: argparse.Namespace) -> int:
     from trm.plugins.studies.sweep import _storage, sweep_study
 
     try:
-        result = sweep_study(
-            args.study,
-            args.out,
-            args.workers,
-            _storage(args.storage),
-            info,
-            worker_of=args.worker_of,
-            plugins=tuple(args.plugins),
-        )
+        # --json: stdout carries the document alone; the trials' progress goes to stderr
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            result = sweep_study(
+                args.study,
+                args.out,
+                args.workers,
+                _storage(args.storage),
+                info,
+                worker_of=args.worker_of,
+                plugins=tuple(args.plugins),
+            )
     except StudyStopped as stopped:
         info(str(stopped))
         return EXIT_STOPPED
