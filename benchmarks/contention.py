@@ -133,7 +133,9 @@ def main() -> int:
         return 0
     if args.steps < 1 or args.rounds < 1:
         parser.error("--steps and --rounds must be at least 1")
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    from trm.hardware import allowed_cpu_count
+
+    cpus = allowed_cpu_count()
     fixed = [int(n) for n in args.fixed.split(",") if n] or list(range(1, cpus + 1))
     configs = [(c, sys.executable) for c in ["chosen", *(f"fixed-{n}" for n in fixed)]]
     if args.before_python:

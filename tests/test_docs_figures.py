@@ -235,6 +235,31 @@ def test_the_shipped_models_figures_in_the_user_guide_are_their_manifests():
     assert problems_of(guide, REPO) == []
 
 
+# Documents whose every results table is checked like performance.md's; docs/contrib.md and
+# docs/hardware.md hold tables of means and bands the check cannot match yet (see CHANGELOG).
+CHECKED_DOCS = ("performance.md", "user-guide.md", "sweeps.md")
+
+
+@pytest.mark.parametrize("name", CHECKED_DOCS)
+def test_every_results_table_of_the_checked_docs_names_its_file_and_its_numbers_are_in_it(name):
+    assert problems_of(REPO / "docs" / name, REPO) == []
+
+
+def test_the_recipe_runs_and_memory_accuracy_tables_show_their_documents_values():
+    """The tables of docs/contrib.md's recipe runs and docs/hardware.md's memory-accuracy
+    measurements (each names its documents above it) hold only their documents' values."""
+    checked = {
+        "contrib.md": ["recipe", "machine", "steps"],
+        "hardware.md": ["row", "precision", "predicted MiB"],
+    }
+    for name, heading in checked.items():
+        doc = REPO / "docs" / name
+        text = doc.read_text(encoding="utf-8")
+        (table,) = [t for t in results_tables(text) if t.heading[:3] == heading]
+        assert named_files(table), f"{name}: the table at line {table.line} names no document"
+        assert table_problems(table, REPO) == [], name
+
+
 def test_performance_md_has_results_tables_to_check():
     assert len(results_tables(PERFORMANCE.read_text(encoding="utf-8"))) >= 5
 

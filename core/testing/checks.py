@@ -32,15 +32,6 @@ from trm.spec import RunSpec, RuntimeSpec
 from trm.testing.strategies import dataset_shapes, hardware_profiles, run_specs, runtimes
 
 Estimator = Callable[..., Any]
-PROPERTIES = (
-    "items_are_valid_and_sum_to_the_total",
-    "monotone_in_batch",
-    "monotone_in_hidden_size",
-    "monotone_in_sequence_length",
-    "monotone_in_cycles",
-    "bf16_never_above_fp32",
-    "checkpointing_never_above_without",
-)
 
 
 def _estimator_of(plugin: Any) -> Estimator:
@@ -102,6 +93,84 @@ def _runtime_for(spec: RunSpec, runtime: RuntimeChoice) -> RuntimeChoice:
     return attrs.evolve(runtime, precision=spec.runtime.precision)
 
 
+def _total(
+    plugin: Any, spec: RunSpec, hw: HardwareProfile, rt: RuntimeChoice, ds: DatasetShape
+) -> int:
+    """The estimate's total with the runtime's precision taken from the spec."""
+    return total_bytes(plugin, spec, hw, _runtime_for(spec, rt), ds)
+
+
+# ------------------------------------------------------------------------- the properties
+# Each takes the plugin and one drawn (spec, hardware, runtime, dataset), and for two of them
+# one more drawn value; each asserts one property.
+
+
+def items_are_valid_and_sum_to_the_total(plugin, spec, hw, rt, ds) -> None:
+    items = call_estimator(plugin, spec, hw, _runtime_for(spec, rt), ds)
+    for item in items:
+        assert isinstance(item, MemoryItem), f"not a MemoryItem: {item!r}"
+        assert isinstance(item.bytes, int), f"{item.name}: bytes is {type(item.bytes)}"
+        assert item.bytes >= 0, f"{item.name}: negative bytes {item.bytes}"
+        assert item.location in LOCATIONS, f"{item.name}: location {item.location!r}"
+    estimate = collect_estimate([items])
+    whole = sum(item.bytes for item in items)
+    assert sum(estimate.total_bytes(loc) for loc in LOCATIONS) == whole
+
+
+def monotone_in_batch(plugin, spec, hw, rt, ds) -> None:
+    bigger = _with(spec, "train", global_batch_size=spec.train.global_batch_size * 2)
+    bigger = _with(bigger, "runtime", micro_batch_size=spec.runtime.micro_batch_size * 2)
+    assert _total(plugin, bigger, hw, rt, ds) >= _total(plugin, spec, hw, rt, ds)
+
+
+def monotone_in_hidden_size(plugin, spec, hw, rt, ds) -> None:
+    arch = spec.arch
+    wider = attrs.evolve(
+        arch, hidden_size=arch.hidden_size * 2, puzzle_emb_ndim=arch.puzzle_emb_ndim * 2
+    )
+    wider_spec = attrs.evolve(spec, arch=wider)
+    assert _total(plugin, wider_spec, hw, rt, ds) >= _total(plugin, spec, hw, rt, ds)
+
+
+def monotone_in_sequence_length(plugin, spec, hw, rt, ds, extra: int) -> None:
+    longer = attrs.evolve(ds, seq_len=ds.seq_len + extra)
+    assert _total(plugin, spec, hw, rt, longer) >= _total(plugin, spec, hw, rt, ds)
+
+
+def monotone_in_cycles(plugin, spec, hw, rt, ds, which: str) -> None:
+    more = _with(spec, "arch", **{which: getattr(spec.arch, which) + 1})
+    assert _total(plugin, more, hw, rt, ds) >= _total(plugin, spec, hw, rt, ds)
+
+
+def bf16_never_above_fp32(plugin, spec, hw, rt, ds) -> None:
+    fp32 = total_bytes(plugin, spec, hw, attrs.evolve(rt, precision="fp32"), ds)
+    bf16 = total_bytes(plugin, spec, hw, attrs.evolve(rt, precision="bf16"), ds)
+    allowance = weight_copy_bytes(spec, ds)
+    assert bf16 <= fp32 + allowance, f"bf16 {bf16} > fp32 {fp32} + weight copies {allowance}"
+
+
+def checkpointing_never_above_without(plugin, spec, hw, rt, ds) -> None:
+    on = _with(spec, "runtime", activation_checkpointing="on")
+    off = _with(spec, "runtime", activation_checkpointing="off")
+    assert _total(plugin, on, hw, rt, ds) <= _total(plugin, off, hw, rt, ds)
+
+
+# name -> (the property, the strategy of its one more drawn value or None)
+CHECKS: dict[str, tuple[Callable[..., None], st.SearchStrategy | None]] = {
+    "items_are_valid_and_sum_to_the_total": (items_are_valid_and_sum_to_the_total, None),
+    "monotone_in_batch": (monotone_in_batch, None),
+    "monotone_in_hidden_size": (monotone_in_hidden_size, None),
+    "monotone_in_sequence_length": (monotone_in_sequence_length, st.integers(1, 64)),
+    "monotone_in_cycles": (monotone_in_cycles, st.sampled_from(["L_cycles", "H_cycles"])),
+    "bf16_never_above_fp32": (bf16_never_above_fp32, None),
+    "checkpointing_never_above_without": (checkpointing_never_above_without, None),
+}
+PROPERTIES = tuple(CHECKS)
+
+
+# ------------------------------------------------------------------------- running them
+
+
 def check_memory_estimator(
     plugin: Any,
     max_examples: int = 40,
@@ -119,93 +188,38 @@ def check_memory_estimator(
         derandomize=True,
     )
     specs = run_specs(max_hidden=max_hidden, max_batch=max_batch)
-    common = given(spec=specs, hw=hardware_profiles(), rt=runtimes(), ds=dataset_shapes())
-    total = lambda spec, hw, rt, ds: total_bytes(plugin, spec, hw, _runtime_for(spec, rt), ds)  # noqa: E731
-    skipped: list[str] = []
-
-    @config
-    @common
-    def items_are_valid_and_sum_to_the_total(spec, hw, rt, ds):
-        items = call_estimator(plugin, spec, hw, _runtime_for(spec, rt), ds)
-        for item in items:
-            assert isinstance(item, MemoryItem), f"not a MemoryItem: {item!r}"
-            assert isinstance(item.bytes, int), f"{item.name}: bytes is {type(item.bytes)}"
-            assert item.bytes >= 0, f"{item.name}: negative bytes {item.bytes}"
-            assert item.location in LOCATIONS, f"{item.name}: location {item.location!r}"
-        estimate = collect_estimate([items])
-        whole = sum(item.bytes for item in items)
-        assert sum(estimate.total_bytes(loc) for loc in LOCATIONS) == whole
-
-    @config
-    @common
-    def monotone_in_batch(spec, hw, rt, ds):
-        bigger = _with(spec, "train", global_batch_size=spec.train.global_batch_size * 2)
-        bigger = _with(bigger, "runtime", micro_batch_size=spec.runtime.micro_batch_size * 2)
-        assert total(bigger, hw, rt, ds) >= total(spec, hw, rt, ds)
-
-    @config
-    @common
-    def monotone_in_hidden_size(spec, hw, rt, ds):
-        arch = spec.arch
-        wider = attrs.evolve(
-            arch,
-            hidden_size=arch.hidden_size * 2,
-            puzzle_emb_ndim=arch.puzzle_emb_ndim * 2,
-        )
-        assert total(attrs.evolve(spec, arch=wider), hw, rt, ds) >= total(spec, hw, rt, ds)
-
-    @config
-    @given(
-        spec=specs,
-        hw=hardware_profiles(),
-        rt=runtimes(),
-        ds=dataset_shapes(),
-        extra=st.integers(1, 64),
-    )
-    def monotone_in_sequence_length(spec, hw, rt, ds, extra):
-        longer = attrs.evolve(ds, seq_len=ds.seq_len + extra)
-        assert total(spec, hw, rt, longer) >= total(spec, hw, rt, ds)
-
-    @config
-    @given(
-        spec=specs,
-        hw=hardware_profiles(),
-        rt=runtimes(),
-        ds=dataset_shapes(),
-        which=st.sampled_from(["L_cycles", "H_cycles"]),
-    )
-    def monotone_in_cycles(spec, hw, rt, ds, which):
-        more = _with(spec, "arch", **{which: getattr(spec.arch, which) + 1})
-        assert total(more, hw, rt, ds) >= total(spec, hw, rt, ds)
-
-    @config
-    @common
-    def bf16_never_above_fp32(spec, hw, rt, ds):
-        fp32 = total_bytes(plugin, spec, hw, attrs.evolve(rt, precision="fp32"), ds)
-        bf16 = total_bytes(plugin, spec, hw, attrs.evolve(rt, precision="bf16"), ds)
-        allowance = weight_copy_bytes(spec, ds)
-        assert bf16 <= fp32 + allowance, f"bf16 {bf16} > fp32 {fp32} + weight copies {allowance}"
-
-    @config
-    @common
-    def checkpointing_never_above_without(spec, hw, rt, ds):
-        on = _with(spec, "runtime", activation_checkpointing="on")
-        off = _with(spec, "runtime", activation_checkpointing="off")
-        assert total(on, hw, rt, ds) <= total(off, hw, rt, ds)
-
-    checks = {
-        "items_are_valid_and_sum_to_the_total": items_are_valid_and_sum_to_the_total,
-        "monotone_in_batch": monotone_in_batch,
-        "monotone_in_hidden_size": monotone_in_hidden_size,
-        "monotone_in_sequence_length": monotone_in_sequence_length,
-        "monotone_in_cycles": monotone_in_cycles,
-        "bf16_never_above_fp32": bf16_never_above_fp32,
-        "checkpointing_never_above_without": checkpointing_never_above_without,
-    }
     has_checkpointing = "activation_checkpointing" in attrs.fields_dict(RuntimeSpec)
+    skipped: list[str] = []
     for name in properties:
         if name == "checkpointing_never_above_without" and not has_checkpointing:
             skipped.append(name)
             continue
-        checks[name]()
+        check, more = CHECKS[name]
+        _property_test(plugin, name, check, more, specs, config)()
     return skipped
+
+
+def _property_test(
+    plugin: Any,
+    name: str,
+    check: Callable[..., None],
+    more: st.SearchStrategy | None,
+    specs: st.SearchStrategy,
+    config: settings,
+) -> Callable[[], None]:
+    """The hypothesis test of one property on ``plugin``, named as the property (hypothesis
+    prints the name with the falsifying example)."""
+    draws = {"spec": specs, "hw": hardware_profiles(), "rt": runtimes(), "ds": dataset_shapes()}
+    if more is None:
+
+        def test(spec, hw, rt, ds):
+            check(plugin, spec, hw, rt, ds)
+
+    else:
+        draws["more"] = more
+
+        def test(spec, hw, rt, ds, more):
+            check(plugin, spec, hw, rt, ds, more)
+
+    test.__name__ = test.__qualname__ = name
+    return config(given(**draws)(test))
