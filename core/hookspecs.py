@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from trm.data.shape import DatasetShape
     from trm.data.source import DataSource
     from trm.device.contract import DeviceBackend
+    from trm.evaluation.selection import SelectionRule
     from trm.hardware import HardwareProfile
     from trm.memory import MemoryEstimate, MemoryItem
     from trm.model import DenseOptimizer
@@ -268,6 +269,26 @@ def save_checkpoint(state: TrainState, run_dir: Path, reason: str) -> Path | Non
     "interval", or a reason a plugin gave to ``control.request_checkpoint``. The first plugin
     to return a path wins. A failed write must leave earlier checkpoints intact and raise
     OSError, which the loop reports as a warning (three failures in a row stop the run).
+    """
+
+
+# -------------------------------------------------------------------------------------------
+# Test time: choosing one answer among a puzzle's trajectories (--explore, --select)
+# -------------------------------------------------------------------------------------------
+
+
+@hookspec
+def register_selection_rules() -> list[SelectionRule] | None:
+    """Return the selection rules this plugin provides (:mod:`trm.evaluation.selection`).
+
+    Called when exploration needs a rule by name: ``trm solve``/``trm eval`` with
+    ``--select``, ``Model.solve(select=...)`` and a run's evaluation (``train.eval_select``),
+    before any puzzle is run. A rule has ``name`` (what ``--select`` takes), ``needs_rules``
+    (True: it asks the task's rules, refused for a task whose answers cannot be judged from
+    the question) and ``pick(candidates) -> int``, the index of the chosen trajectory among
+    ``candidates`` (a :class:`trm.evaluation.selection.Candidates`: one puzzle's answers,
+    halting steps and halting logits, trajectory 0 the noise-free one). Names must be unique
+    across plugins; an answer that is not an index of a trajectory is an error naming the rule.
     """
 
 
