@@ -23,10 +23,10 @@ if TYPE_CHECKING:
     from trm.control import ThermalEvent, TrainControl
     from trm.data.puzzle_dataset import PuzzleSplit
     from trm.data.reader import DataReader, ReaderChoice
+    from trm.data.selection import SelectionRule
     from trm.data.shape import DatasetShape
     from trm.data.source import DataSource
     from trm.device.contract import DeviceBackend
-    from trm.evaluation.selection import SelectionRule
     from trm.hardware import HardwareProfile
     from trm.memory import MemoryEstimate, MemoryItem
     from trm.model import DenseOptimizer
@@ -279,14 +279,14 @@ def save_checkpoint(state: TrainState, run_dir: Path, reason: str) -> Path | Non
 
 @hookspec
 def register_selection_rules() -> list[SelectionRule] | None:
-    """Return the selection rules this plugin provides (:mod:`trm.evaluation.selection`).
+    """Return the selection rules this plugin provides (:mod:`trm.data.selection`).
 
     Called when exploration needs a rule by name: ``trm solve``/``trm eval`` with
     ``--select``, ``Model.solve(select=...)`` and a run's evaluation (``train.eval_select``),
     before any puzzle is run. A rule has ``name`` (what ``--select`` takes), ``needs_rules``
     (True: it asks the task's rules, refused for a task whose answers cannot be judged from
     the question) and ``pick(candidates) -> int``, the index of the chosen trajectory among
-    ``candidates`` (a :class:`trm.evaluation.selection.Candidates`: one puzzle's answers,
+    ``candidates`` (a :class:`trm.data.selection.Candidates`: one puzzle's answers,
     halting steps and halting logits, trajectory 0 the noise-free one). Names must be unique
     across plugins; an answer that is not an index of a trajectory is an error naming the rule.
     """

@@ -70,7 +70,7 @@ class DataSource(Protocol):
 
     ``default_selection: str``
         The selection rule test-time exploration uses for this task when ``--select`` is not
-        given (:mod:`trm.evaluation.selection`); without it, ``q``.
+        given (:mod:`trm.data.selection`); without it, ``q``.
 
     ``rules_judge_answers: bool``
         False when ``check_answer`` cannot judge an answer from the question alone (ARC looks

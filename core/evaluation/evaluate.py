@@ -424,7 +424,13 @@ def evaluate_in_run(
         try:
             args = (index, spec.arch.halt_max_steps, batch_size, placement)
             evaluator = scoring.start()
-            extra = (spec.train.eval_max_examples, task_metrics, evaluator, scoring.attempts)
+            extra = (
+                spec.train.eval_max_examples,
+                task_metrics,
+                evaluator,
+                scoring.attempts,
+                scoring.exploration,
+            )
             score = evaluate
             if score_tasks is not None:
                 args, extra, score = (batch_size,), (), score_tasks

@@ -6,7 +6,7 @@ for all of them. Trajectory 0 runs the plain recursion; the others add Gaussian 
 standard deviation ``--noise`` to the reasoning latent ``z_L`` at the start of every full
 recursion (:mod:`trm.model.latent_noise`), drawn from a generator seeded with
 ``--explore-seed``, so the same command gives the same answers. A selection rule
-(:mod:`trm.evaluation.selection`) then picks one trajectory per puzzle. With one trajectory
+(:mod:`trm.data.selection`) then picks one trajectory per puzzle. With one trajectory
 nothing is added, drawn or selected: the answers are exactly those of a plain run.
 """
 
@@ -20,11 +20,7 @@ import numpy as np
 import torch
 from attrs import define, frozen
 
-from trm.data.symmetry import check_seed
-from trm.device.contract import Placement
-from trm.errors import TrmError
-from trm.evaluation.attempts import RunPuzzles
-from trm.evaluation.selection import (
+from trm.data.selection import (
     Candidates,
     SelectionRule,
     checked_pick,
@@ -32,6 +28,10 @@ from trm.evaluation.selection import (
     rules_judge_answers,
     selection_rules,
 )
+from trm.data.symmetry import check_seed
+from trm.device.contract import Placement
+from trm.errors import TrmError
+from trm.evaluation.attempts import RunPuzzles
 from trm.evaluation.steps import exact_rows, run_all_steps
 from trm.model.latent_noise import LatentNoise, noise_generator
 
@@ -96,7 +96,7 @@ def plan_exploration(
     where: str = "--",
 ) -> Exploration:
     """The exploration asked for, checked (:func:`check_exploration`; the rule by
-    :func:`trm.evaluation.selection.find_selection_rule`, None: the task's default)."""
+    :func:`trm.data.selection.find_selection_rule`, None: the task's default)."""
     check_exploration(trajectories, noise, seed, where)
     rule = find_selection_rule(pm, select, source, f"{where}select")
     judged = rules_judge_answers(source)
@@ -110,6 +110,16 @@ def plan_exploration(
         seed=int(seed),
         curve_rules=usable,
         check=source.check_answer if judged else None,
+    )
+
+
+def eval_exploration(pm: Any, spec: Any, source: Any) -> Exploration:
+    """The exploration of a run's evaluations (``train.eval_explore``, ``eval_noise``,
+    ``eval_select``; the noise drawn from ``train.seed``); TrmError naming the key."""
+    train = spec.train
+    where = "train.eval_"
+    return plan_exploration(
+        pm, source, train.eval_explore, train.eval_noise, train.eval_select or None, 0, where
     )
 
 

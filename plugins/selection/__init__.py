@@ -18,7 +18,7 @@ import numpy as np
 from attrs import frozen
 
 from trm import hookimpl
-from trm.evaluation.selection import Candidates
+from trm.data.selection import Candidates
 
 ACTIVATION = "default"
 

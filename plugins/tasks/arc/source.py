@@ -374,7 +374,7 @@ class ArcSource(ArcScoring):
 
     name = "arc"
     # check_answer looks an answer up among known solutions: it cannot choose among
-    # explored answers (--select rules is refused; trm.evaluation.selection)
+    # explored answers (--select rules is refused; trm.data.selection)
     rules_judge_answers = False
     options_type = ArcBuildOptions
 
