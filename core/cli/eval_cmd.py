@@ -257,7 +257,7 @@ def run_eval(args: argparse.Namespace) -> int:
             + "".join(
                 f", {_metric_name(k)} {_shown(k, v)}" for k, v in _task_values(result).items()
             )
-            + _cost(result)
+            + (_cost(result) if exploration.explores else "")
         )
     return 0
 
@@ -414,7 +414,7 @@ def _eval_shipped(
                 if r["examples"] == r["manifest_count"]
                 else f"  ({r['manifest_count']} in the manifest)"
             )
-            + _cost(r)
+            + (_cost(r) if exploration.explores else "")
         )
     return 0
 
