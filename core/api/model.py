@@ -669,8 +669,8 @@ def parse_puzzle(source: Any, puzzle: str | os.PathLike[str], seq_len: int) -> n
                 word = text.strip()
                 if Path(word).expanduser().is_dir():
                     raise TrmError(
-                        f"puzzle {word} is a folder, not a puzzle (read as the puzzle itself "
-                        f"it is not one: {exc}); give the puzzle as text or a file holding it"
+                        f"puzzle {word} is a folder, not a puzzle; give the puzzle as text or "
+                        "a pathlib.Path of a file holding it"
                     ) from None
                 if Path(word).expanduser().is_file():
                     raise TrmError(
