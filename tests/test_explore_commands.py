@@ -2,7 +2,7 @@
 eval``, ``Model.solve`` and ``train.eval_explore``: one trajectory gives exactly the plain
 answers; more report each trajectory (solve) or the oracle and the per-N figures (eval) and
 the cost; the same command gives the same answers; exploration composes with ``--attempts``;
-bad values are one-line errors. Also issue 46's ``--attempts`` bound and lazy draws, the
+bad values are one-line errors. Also the ``--attempts`` bound and lazy draws, the
 seed checks of ``Model.solve`` and a folder given as the puzzle text."""
 
 from __future__ import annotations
@@ -181,7 +181,7 @@ def test_rules_selection_is_refused_for_a_task_whose_rules_cannot_judge_answers(
     assert find_selection_rule(pm, None, LookedUp(), "--select").name == "q"
 
 
-# ------------------------------------------------------------------ issue 46
+# ------------------------------------------------------------------ attempts, seeds, folders
 
 
 def _run_bounded(code: list[str], timeout_s: float) -> subprocess.CompletedProcess:
