@@ -152,46 +152,52 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def draw(document: dict[str, Any], path: Path) -> None:
-    """Exact accuracy against trajectories (log 2 axis): a line per rule and noise, the oracle
-    dashed; the seconds per puzzle written under the axis."""
+    """Exact accuracy against trajectories (log 2 axis), one panel per noise scale: a line per
+    selection rule, the oracle dashed; the seconds per puzzle written under the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(8, 5))
-    for noise in document["noise"]:
-        rules = sorted({r["rule"] for r in document["rows"] if r["noise"] == noise})
+    scales = document["noise"]
+    figure, panels = plt.subplots(
+        1, len(scales), figsize=(4.2 * len(scales), 4.2), sharey=True, squeeze=False
+    )
+    rules = [*sorted({r["rule"] for r in document["rows"]} - {ORACLE}), ORACLE]
+    colours = dict(zip(rules, plt.get_cmap("tab10").colors, strict=False))
+    for axes, noise in zip(panels[0], scales, strict=True):
         for rule in rules:
             points = sorted(
                 (r["trajectories"], r["exact"])
                 for r in document["rows"]
                 if r["noise"] == noise and r["rule"] == rule
             )
-            style = "--" if rule == ORACLE else "-"
+            oracle = rule == ORACLE
             axes.plot(
                 [p[0] for p in points],
                 [100 * p[1] for p in points],
-                style,
+                "--" if oracle else "-",
                 marker="o",
-                label=f"{rule}, noise {noise:g}",
+                color="black" if oracle else colours[rule],
+                label=rule,
             )
-    axes.set_xscale("log", base=2)
-    axes.set_xlabel("trajectories per puzzle (N)")
-    axes.set_ylabel("exact accuracy (%)")
+        axes.set_xscale("log", base=2)
+        axes.set_xlabel("trajectories per puzzle (N)")
+        axes.set_title(f"noise {noise:g}", fontsize=10)
+        axes.grid(True, alpha=0.3)
+    panels[0][0].set_ylabel("exact accuracy (%)")
+    panels[0][-1].legend(fontsize=8)
     cost = ", ".join(
         f"N={t['trajectories']}: {t['seconds_per_puzzle']:.3g} s" for t in document["timing"]
     )
-    axes.set_title(
-        f"{document['model']}: {document['puzzles']} fresh puzzles ({document['kind']}, "
-        f"seed {document['seed']})",
+    figure.suptitle(
+        f"{document['model']}: {document['puzzles']} fresh puzzles (options of "
+        f"{document['kind']!r}, seed {document['seed']})",
         fontsize=10,
     )
-    figure.text(0.01, 0.01, f"seconds per puzzle: {cost}", fontsize=7)
-    axes.grid(True, alpha=0.3)
-    axes.legend(fontsize=7, ncol=2)
+    figure.text(0.01, 0.01, f"seconds per puzzle ({document['device']}): {cost}", fontsize=7)
     figure.tight_layout(rect=(0, 0.04, 1, 1))
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=110)
     plt.close(figure)
 
 

@@ -278,7 +278,7 @@ def save_checkpoint(state: TrainState, run_dir: Path, reason: str) -> Path | Non
 
 
 @hookspec
-def register_selection_rules() -> list[SelectionRule] | None:
+def selection_rules() -> list[SelectionRule] | None:
     """Return the selection rules this plugin provides (:mod:`trm.data.selection`).
 
     Called when exploration needs a rule by name: ``trm solve``/``trm eval`` with

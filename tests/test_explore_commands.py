@@ -256,3 +256,11 @@ def test_symmetries_are_drawn_only_when_an_answer_is_refused():
     plan = plan_attempts(Counting(), 4, 1024, 0, "--attempts")
     assert asked == [1]  # only the check that the shape has symmetries
     assert len(plan.symmetries) == 1023 and asked == [1, 1023]
+
+
+def test_without_the_selection_plugin_one_trajectory_still_answers(tiny, cli):
+    plain = cli("solve", tiny.run, PUZZLE, "--json")
+    off = cli("solve", tiny.run, PUZZLE, "--json", "--plugins", "no:selection")
+    assert off.code == 0 and off.out == plain.out
+    refused = cli("solve", tiny.run, PUZZLE, "--explore", "2", "--plugins", "no:selection")
+    assert_one_line_error(refused, "--select", "no plugin offers one")

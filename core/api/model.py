@@ -268,8 +268,15 @@ class Model:
         layout = self.layout
         if layout is not None and (self.task is None or task not in (None, self.task)):
             name = pick_task(layout, self._task_sources(), puzzle, task, parse_puzzle)
-            bound = self.for_task(name)
-            return bound.solve(puzzle, attempts=attempts, attempts_seed=attempts_seed)
+            return self.for_task(name).solve(
+                puzzle,
+                attempts=attempts,
+                attempts_seed=attempts_seed,
+                explore=explore,
+                noise=noise,
+                select=select,
+                explore_seed=explore_seed,
+            )
         self._check_mix_options(task, attempts, explore)
         source = self.source
         if callable(getattr(source, "solve_task", None)):

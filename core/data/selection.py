@@ -1,6 +1,6 @@
 """Choosing one answer among a puzzle's trajectories (test-time exploration's selection).
 
-A selection rule is a plugin's object (the ``register_selection_rules`` hook) with a ``name``
+A selection rule is a plugin's object (the ``selection_rules`` hook) with a ``name``
 (what ``--select`` takes), ``needs_rules`` (True: it asks the task's rules, so a task whose
 answers cannot be judged from the question refuses it) and ``pick(candidates) -> int``, the
 index of the chosen trajectory. trm's own rules (plugins/selection) are ``q``, ``halt-first``,
@@ -54,7 +54,7 @@ class Candidates:
 
 
 class SelectionRule(Protocol):
-    """What ``register_selection_rules`` returns a list of (see the module docstring)."""
+    """What ``selection_rules`` returns a list of (see the module docstring)."""
 
     name: str
     needs_rules: bool
@@ -62,17 +62,17 @@ class SelectionRule(Protocol):
     def pick(self, candidates: Candidates) -> int: ...
 
 
-def selection_rules(pm: Any) -> dict[str, SelectionRule]:
+def offered_rules(pm: Any) -> dict[str, SelectionRule]:
     """Every plugin's selection rules by name; TrmError for two rules of one name or a rule
     without a name or a ``pick``."""
     rules: dict[str, SelectionRule] = {}
-    for offered in pm.hook.register_selection_rules():
+    for offered in pm.hook.selection_rules():
         for rule in offered or ():
             name = getattr(rule, "name", None)
             if not isinstance(name, str) or not callable(getattr(rule, "pick", None)):
                 raise TrmError(
                     f"a plugin's selection rule {rule!r} has no name or no pick(candidates); "
-                    "see docs/plugins.md (register_selection_rules)"
+                    "see docs/plugins.md (selection_rules)"
                 )
             if name in rules:
                 raise TrmError(f"two plugins offer the selection rule {name!r}; switch one off")
@@ -93,7 +93,7 @@ def find_selection_rule(pm: Any, name: str | None, source: Any, where: str) -> S
     """The rule ``name`` (None or empty: the source's ``default_selection``, else
     :data:`DEFAULT_SELECTION`); TrmError naming ``where`` for an unknown name, or a rule that
     needs the task's rules for a source whose answers cannot be judged from the question."""
-    rules = selection_rules(pm)
+    rules = offered_rules(pm)
     if not name:
         name = str(getattr(source, "default_selection", None) or DEFAULT_SELECTION)
     rule = rules.get(name)

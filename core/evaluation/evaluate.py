@@ -208,8 +208,9 @@ def evaluate(
     with _eval_mode(model):
         for examples in _batches(share, puzzles_in_batch(batch_size, plan.trajectories)):
             rows = index.gather(examples)
-            answered = _answer(model, placement.to_device(rows), halt_max_steps, explorer)
-            totals = totals + _device_sums(model, answered, placement.to_device(rows)["labels"])
+            batch = placement.to_device(rows)
+            answered = _answer(model, batch, halt_max_steps, explorer)
+            totals = totals + _device_sums(model, answered, batch["labels"])
             placement.mark_step()  # a lazy device runs this batch here, not all at the end
             _add_host_sums(task_sums, rows, answered, task_metrics, plan)
             if attempts is not None and attempts.attempts > 1:

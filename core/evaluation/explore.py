@@ -25,8 +25,8 @@ from trm.data.selection import (
     SelectionRule,
     checked_pick,
     find_selection_rule,
+    offered_rules,
     rules_judge_answers,
-    selection_rules,
 )
 from trm.data.symmetry import check_seed
 from trm.device.contract import Placement
@@ -96,12 +96,15 @@ def plan_exploration(
     where: str = "--",
 ) -> Exploration:
     """The exploration asked for, checked (:func:`check_exploration`; the rule by
-    :func:`trm.data.selection.find_selection_rule`, None: the task's default)."""
+    :func:`trm.data.selection.find_selection_rule`, None: the task's default; with one
+    trajectory and no rule named, none is looked up)."""
     check_exploration(trajectories, noise, seed, where)
+    if trajectories == 1 and not select:  # the plain run: no rule is asked for
+        return Exploration(1, float(noise), None, int(seed))
     rule = find_selection_rule(pm, select, source, f"{where}select")
     judged = rules_judge_answers(source)
     usable = tuple(
-        r for name, r in sorted(selection_rules(pm).items()) if judged or not r.needs_rules
+        r for name, r in sorted(offered_rules(pm).items()) if judged or not r.needs_rules
     )
     return Exploration(
         trajectories=int(trajectories),

@@ -228,7 +228,8 @@ def plan_run(
         source = find_data_source(pm, spec.data.source)  # unknown: an error even with data.dir
         check_attempts(source, spec.train.eval_attempts, "train.eval_attempts")
         # a rule no plugin offers, or one the task cannot use, is refused before the run
-        find_selection_rule(pm, spec.train.eval_select or None, source, "train.eval_select")
+        if spec.train.eval_explore > 1 or spec.train.eval_select:
+            find_selection_rule(pm, spec.train.eval_select or None, source, "train.eval_select")
     hardware = hardware if hardware is not None else detect_hardware(pm)
     runtime = choose_runtime(pm, spec, hardware)
     dataset = dataset_shape(pm, spec, run_dir, log, build=build_data)

@@ -79,5 +79,5 @@ class Majority:
 
 
 @hookimpl
-def register_selection_rules() -> list:
+def selection_rules() -> list:
     return [HighestQ(), HaltFirst(), FirstAccepted(), Majority()]
