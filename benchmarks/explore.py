@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import attrs
 from provenance import provenance
 from tables import print_rows
 
@@ -122,6 +123,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             exploration = plan_exploration(
                 model.pm, source, size, args.noise[0], None, args.explore_seed
             )
+            # timed as trm eval runs it: the default rule only, no per-N figures of every rule
+            exploration = attrs.evolve(exploration, curve_rules=())
             result, seconds = run_evaluation(
                 model, index, exploration, args.timing_puzzles, args.batch_size
             )
