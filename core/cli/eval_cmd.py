@@ -238,6 +238,7 @@ def run_eval(args: argparse.Namespace) -> int:
         "explore": exploration.trajectories,
         "noise": exploration.noise if exploration.explores else 0.0,
         "select": exploration.rule.name if exploration.explores and exploration.rule else None,
+        "trajectories_per_puzzle": 1.0,
         **result,
         "seconds_per_puzzle": seconds_per_puzzle,
     }

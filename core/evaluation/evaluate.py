@@ -169,8 +169,9 @@ def evaluate(
 ) -> dict[str, float]:
     """Exact and cell accuracy over the first ``max_examples`` examples (0 = all) of a split,
     the loss and the Q head's figures (:func:`halting_metrics`), the task's own metrics
-    when its data source has them, and ``trajectories_per_puzzle`` (the rows the model ran
-    per example scored: the trajectories, times the attempts each needed).
+    when its data source has them, and, with more than one attempt or trajectory,
+    ``trajectories_per_puzzle`` (the rows the model ran per example: the trajectories, times
+    the attempts each needed; 1 without).
 
     ``task_metrics(inputs, labels, predictions)`` (a DataSource's optional method) gets a
     batch's token rows as NumPy arrays and returns per-row values in [0, 1] by name (a maze's
@@ -224,7 +225,8 @@ def evaluate(
                     confidence(answered.q_halt),
                 )
         sums = dict(zip(EVAL_SUM_KEYS, placement.backend.read_values(totals), strict=True))
-    task_sums[_ROWS_RUN] = float(explorer.rows_run)
+    if plan.explores or (attempts is not None and attempts.attempts > 1):
+        task_sums[_ROWS_RUN] = float(explorer.rows_run)
     return _result(sums, task_sums, total, attempts, task_evaluator)
 
 
@@ -342,7 +344,8 @@ def _result(
     if task_evaluator is not None:
         _merge_over_ranks(task_evaluator)
     scored = max(n_scored, 1)
-    rows_run = task_sums.pop(_ROWS_RUN, 0.0)
+    rows_run = task_sums.pop(_ROWS_RUN, None)
+    cost = {} if rows_run is None else {"trajectories_per_puzzle": rows_run / max(total, 1)}
     retried = {}
     if _RETRIED in task_sums and attempts is not None:
         retried = {at_attempts_key(attempts.attempts): task_sums.pop(_RETRIED) / scored}
@@ -359,7 +362,7 @@ def _result(
         **oracle,
         "cell_accuracy": cell_sum / scored,
         **halting_metrics(halting),
-        "trajectories_per_puzzle": rows_run / max(total, 1),
+        **cost,
         **{name: value / max(total, 1) for name, value in own.items()},
         **explored,
         **(task_evaluator.result() if task_evaluator is not None else {}),

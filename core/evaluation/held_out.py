@@ -127,6 +127,6 @@ def score_kind(
         cell_accuracy=float(result["cell_accuracy"]),
         exact_accuracy_at_attempts=retried,
         oracle_exact_accuracy=result.get("oracle_exact_accuracy"),
-        trajectories_per_puzzle=float(result["trajectories_per_puzzle"]),
+        trajectories_per_puzzle=float(result.get("trajectories_per_puzzle", 1.0)),
         seconds_per_puzzle=elapsed_s / max(int(result["examples"]), 1),
     )
