@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from trm.control import ThermalEvent, TrainControl
     from trm.data.puzzle_dataset import PuzzleSplit
     from trm.data.reader import DataReader, ReaderChoice
+    from trm.data.selection import SelectionRule
     from trm.data.shape import DatasetShape
     from trm.data.source import DataSource
     from trm.device.contract import DeviceBackend
@@ -278,6 +279,26 @@ def save_checkpoint(state: TrainState, run_dir: Path, reason: str) -> Path | Non
     "interval", or a reason a plugin gave to ``control.request_checkpoint``. The first plugin
     to return a path wins. A failed write must leave earlier checkpoints intact and raise
     OSError, which the loop reports as a warning (three failures in a row stop the run).
+    """
+
+
+# -------------------------------------------------------------------------------------------
+# Test time: choosing one answer among a puzzle's trajectories (--explore, --select)
+# -------------------------------------------------------------------------------------------
+
+
+@hookspec
+def selection_rules() -> list[SelectionRule] | None:
+    """Return the selection rules this plugin provides (:mod:`trm.data.selection`).
+
+    Called when exploration needs a rule by name: ``trm solve``/``trm eval`` with
+    ``--select``, ``Model.solve(select=...)`` and a run's evaluation (``train.eval_select``),
+    before any puzzle is run. A rule has ``name`` (what ``--select`` takes), ``needs_rules``
+    (True: it asks the task's rules, refused for a task whose answers cannot be judged from
+    the question) and ``pick(candidates) -> int``, the index of the chosen trajectory among
+    ``candidates`` (a :class:`trm.data.selection.Candidates`: one puzzle's answers,
+    halting steps and halting logits, trajectory 0 the noise-free one). Names must be unique
+    across plugins; an answer that is not an index of a trajectory is an error naming the rule.
     """
 
 

@@ -757,3 +757,24 @@ def test_an_arc_train_epoch_reads_each_task_once_with_all_its_pairs(arc_data):
     runs = _runs_of_one_puzzle(index, order)
     assert len(runs) == index.num_groups == 5
     assert sorted(n for _, n in runs) == [3, 3, 4, 4, 4]
+
+
+def test_exploration_feeds_each_versions_chosen_answer_to_the_vote(
+    arc_run, cli, monkeypatch, tmp_path
+):
+    _scored_arc_plugins(monkeypatch)
+    result = cli("eval", arc_run, "--json", "--explore", "3", "--noise", "0.5")
+    assert result.code == 0, result.err
+    scores = json.loads(result.out)
+    assert 0.0 <= scores["pass@1"] <= scores["pass@2"] <= 1.0
+    assert scores["trajectories_per_puzzle"] == 3.0
+    assert scores["oracle_exact_accuracy"] >= scores["exact_accuracy"]
+    assert "explore@3/q" in scores and "explore@3/vote" in scores
+    assert not any(key.endswith("/rules") for key in scores)  # ARC's rules cannot choose
+    refused = cli("eval", arc_run, "--explore", "3", "--select", "rules")
+    assert_one_line_error(refused, "--select rules", "arc")
+    solved = cli(
+        "solve", arc_run, "evl00001", "--png", tmp_path / "e.png", "--json", "--explore", "3"
+    )
+    assert solved.code == 0, solved.err
+    assert json.loads(solved.out)["rows"] == 1 + 6

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import trm
 from tests.conftest import assert_one_line_error
 from tests.tiny_run import metrics, summary
 from trm.data.mix_layout import plan_layout, read_layout
@@ -522,6 +523,20 @@ def test_attempts_are_refused_for_a_mix_in_one_line(cli, mixed_run, tmp_path):
     assert_one_line_error(result, "--attempts 2", "mix")
     result = cli("eval", mixed_run.run_dir, "--attempts", "2")
     assert_one_line_error(result, "--attempts 2", "mix")
+
+
+def test_exploration_is_refused_for_a_mix_in_one_line(cli, mixed_run, tmp_path):
+    result = cli("run", mixed_run.spec, "--out", tmp_path / "run", "--set", "train.eval_explore=2")
+    assert_one_line_error(result, "train.eval_explore", "[[data.mix]]")
+    assert not (tmp_path / "run").exists()
+    text = "1... .... ..3. .4.."
+    for task in ((), ("--task", "sudoku4")):
+        result = cli("solve", mixed_run.run_dir, text, *task, "--explore", "2")
+        assert_one_line_error(result, "--explore 2", "mix")
+    result = cli("eval", mixed_run.run_dir, "--explore", "2")
+    assert_one_line_error(result, "--explore 2", "mix")
+    with pytest.raises(TrmError, match="--explore 2"):
+        trm.load(mixed_run.run_dir).solve(text, explore=2)
 
 
 def test_a_mixed_model_exported_as_a_model_folder_solves_each_task_as_its_run(

@@ -24,7 +24,15 @@ from trm.data.evaluator import RunRows, TaskSolution
 from trm.data.mix_layout import MixLayout
 from trm.errors import TrmError
 from trm.evaluation.attempts import plan_attempts, try_again
-from trm.evaluation.evaluate import confidence, predict_with_halt, puzzle_runner, run_all_steps
+from trm.evaluation.explore import (
+    DEFAULT_NOISE,
+    Exploration,
+    Explored,
+    Explorer,
+    plan_exploration,
+    puzzles_in_batch,
+)
+from trm.evaluation.steps import confidence
 from trm.formats import whole_model_format
 from trm.plan.dataset import find_data_source
 from trm.plan.pipeline import detect_hardware, runtime_here
@@ -49,6 +57,36 @@ _PUZZLE_CHARS = set("0123456789.|-+ \t")
 
 
 @attrs.frozen
+class Trajectory:
+    """One trajectory of an explored puzzle: ``halt_step`` the first supervision step at which
+    its halting logit said halt (``max_steps`` when it never did), ``q_halt`` that logit after
+    the last step, ``chosen`` whether the selection rule picked it, ``valid`` whether its
+    answer obeys the task's rules."""
+
+    halt_step: int
+    q_halt: float
+    chosen: bool
+    valid: bool
+
+
+def trajectory_records(explored: Explored, check: Any = None) -> tuple[Trajectory, ...]:
+    """The trajectories of the first puzzle of ``explored`` (none with one trajectory)."""
+    count = explored.answers.shape[1]
+    if count == 1:
+        return ()
+    chosen = int(explored.chosen[0])
+    return tuple(
+        Trajectory(
+            halt_step=int(explored.halt_steps[0, i]),
+            q_halt=float(explored.q_halt[0, i]),
+            chosen=i == chosen,
+            valid=bool(check(explored.answers[0, i])) if check is not None else False,
+        )
+        for i in range(count)
+    )
+
+
+@attrs.frozen
 class Solution:
     """The model's answer to one puzzle.
 
@@ -64,7 +102,9 @@ class Solution:
     character a cell, as ``parse_puzzle`` reads them (the source's ``format_cells``; None
     when it has none); ``attempts`` the attempts allowed (``solve(attempts=K)``) and
     ``attempt`` the one whose answer is returned (1: the puzzle as given; None: no attempt's
-    answer obeyed the rules and the answer is their cell-wise majority).
+    answer obeyed the rules and the answer is their cell-wise majority); ``trajectories``
+    with exploration (``solve(explore=N)``, N > 1) each trajectory of the puzzle as given
+    (attempt 1): its halting step, its halting logit and whether it was chosen.
     """
 
     task: str
@@ -81,13 +121,20 @@ class Solution:
     answer_cells: str | None = None
     attempts: int = 1
     attempt: int | None = 1
+    trajectories: tuple[Trajectory, ...] = ()
 
     def document(self) -> dict[str, Any]:
         """The JSON document ``trm solve --json`` prints: the token rows (``question``,
         ``answer``), the cells a script reads (``question_cells``, ``answer_cells``: one
         character a cell, e.g. Sudoku digits with ``.`` for a blank), the grids as text and
-        the verdicts; with more than one attempt allowed, ``attempts`` and ``attempt``."""
-        tried = {"attempts": self.attempts, "attempt": self.attempt} if self.attempts > 1 else {}
+        the verdicts; with more than one attempt allowed, ``attempts`` and ``attempt``; with
+        exploration, ``trajectories`` (one object each: ``halt_step``, ``q_halt``,
+        ``chosen``, ``valid``)."""
+        tried: dict[str, Any] = {}
+        if self.attempts > 1:
+            tried = {"attempts": self.attempts, "attempt": self.attempt}
+        if self.trajectories:
+            tried["trajectories"] = [attrs.asdict(t) for t in self.trajectories]
         return {
             "question": self.question.tolist(),
             "answer": self.tokens.tolist(),
@@ -115,6 +162,14 @@ class Solution:
                 if self.attempt is not None
                 else f"attempts: none of {self.attempts} obeyed the rules; the answer is "
                 "their cell-wise majority"
+            )
+        if self.trajectories:
+            chosen = next(i for i, t in enumerate(self.trajectories) if t.chosen)
+            right = sum(t.valid for t in self.trajectories)
+            lines.append(
+                f"explored: {len(self.trajectories)} trajectories, {right} obeying the rules; "
+                f"the answer of trajectory {chosen + 1} (halted at step "
+                f"{self.trajectories[chosen].halt_step}, Q {self.trajectories[chosen].q_halt:.3f})"
             )
         if self.solvable is False:
             lines.append(
@@ -182,6 +237,10 @@ class Model:
         attempts: int = 1,
         attempts_seed: int = 0,
         task: str | None = None,
+        explore: int = 1,
+        noise: float = DEFAULT_NOISE,
+        select: str | None = None,
+        explore_seed: int = 0,
     ) -> Solution:
         """Solve one puzzle: text in the task's format ('.' or 0 for blanks; a maze drawn
         in characters), or a :class:`pathlib.Path` of a file holding it (a text is always
@@ -193,22 +252,32 @@ class Model:
         ``attempts`` K: when the answer breaks the task's rules, the puzzle is tried again
         under up to K - 1 of the task's symmetries drawn from ``attempts_seed``, and the
         first answer the rules accept is returned (:mod:`trm.evaluation.attempts`); 1, the
-        default, is the puzzle as given only. TrmError for fewer than 1, or more than 1 for a
-        task without symmetries or for a model trained on a mix.
+        default, is the puzzle as given only. TrmError for fewer than 1 or more than 1024,
+        more than 1 for a task without symmetries or for a model trained on a mix, or a seed
+        that is not a whole number of 0 or more.
+
+        ``explore`` N: the puzzle runs as N trajectories in one batch, all but the first with
+        Gaussian noise of standard deviation ``noise`` in the latent, drawn from
+        ``explore_seed``; ``select`` names the rule that picks the answer (None: the task's
+        default) — :mod:`trm.evaluation.explore`. Each attempt explores. 1, the default, is
+        the plain answer. TrmError for values out of range, an unknown rule, or more than
+        one trajectory for a model trained on a mix.
 
         ``task`` names the task of a model trained on a mix (needed only when the puzzle
         could be several tasks')."""
         layout = self.layout
         if layout is not None and (self.task is None or task not in (None, self.task)):
             name = pick_task(layout, self._task_sources(), puzzle, task, parse_puzzle)
-            return self.for_task(name).solve(puzzle, attempts=attempts, attempts_seed=attempts_seed)
-        if task is not None and layout is None:
-            raise TrmError(f"--task {task}: the model was trained on one dataset; leave it out")
-        if layout is not None and attempts > 1:
-            raise TrmError(
-                f"--attempts {attempts}: a model trained on a mix answers with one attempt; "
-                "leave --attempts out"
+            return self.for_task(name).solve(
+                puzzle,
+                attempts=attempts,
+                attempts_seed=attempts_seed,
+                explore=explore,
+                noise=noise,
+                select=select,
+                explore_seed=explore_seed,
             )
+        self._check_mix_options(task, attempts, explore)
         source = self.source
         if callable(getattr(source, "solve_task", None)):
             raise TrmError(
@@ -216,37 +285,76 @@ class Model:
                 "(a task id or a task JSON file)"
             )
         plan = plan_attempts(source, self.seq_len, attempts, attempts_seed, "attempts")
+        exploration = plan_exploration(
+            self.pm, source, explore, noise, select, explore_seed, where=""
+        )
+        question = self._question(puzzle)
+        explorer = Explorer(exploration, self.runtime.placement())
+        answered = self._answer(question, explorer)
+        answer, steps, attempt = answered.selected[0], answered.selected_halt_steps, 1
+        if plan.attempts > 1:
+            run = explorer.puzzle_runner(self.module, self.spec.arch.halt_max_steps, 1)
+            identifiers = np.zeros(1, dtype=np.int64)
+            tried = try_again(plan, run, question[None, :], identifiers, answer[None, :], steps)
+            answer, steps = tried.answers[0], tried.halt_steps
+            attempt = int(tried.attempt[0]) or None
+        return self._solution(question, answer, int(steps[0]), plan.attempts, attempt, answered)
+
+    def _check_mix_options(self, task: str | None, attempts: int, explore: int) -> None:
+        """TrmError for ``task`` given to a model of one dataset, or more than one attempt or
+        trajectory asked of a model trained on a mix."""
+        if task is not None and self.layout is None:
+            raise TrmError(f"--task {task}: the model was trained on one dataset; leave it out")
+        if self.layout is None:
+            return
+        for option, value in (("attempts", attempts), ("explore", explore)):
+            if not isinstance(value, bool) and isinstance(value, int) and value > 1:
+                raise TrmError(
+                    f"--{option} {value}: a model trained on a mix answers with one "
+                    f"{'attempt' if option == 'attempts' else 'trajectory'}; leave --{option} out"
+                )
+
+    def _question(self, puzzle: str | os.PathLike[str]) -> np.ndarray:
+        """The puzzle's token row (:func:`parse_puzzle`); a shipped model's message begins
+        with the puzzles it solves."""
         try:
-            question = parse_puzzle(source, puzzle, self.seq_len)
+            return parse_puzzle(self.source, puzzle, self.seq_len)
         except TrmError as exc:
             if self.manifest is None:
                 raise
             raise TrmError(f"{self.manifest.name} solves {self.manifest.puzzle}: {exc}") from None
-        placement = self.runtime.placement()
-        row, identifier = question, 0
+
+    def _answer(self, question: np.ndarray, explorer: Explorer) -> Explored:
+        """The model's trajectories of ``question`` (in the task's tokens; a mix's model runs
+        it in the mix's tokens) and the chosen one."""
+        layout, row, identifier = self.layout, question, 0
         if layout is not None and self.task is not None:  # into the mix's tokens
             row = layout.to_mixed(self.task, question)
             identifier = layout.task(self.task).identifier_offset
-        batch = placement.to_device(
+        batch = explorer.placement.to_device(
             {
                 "inputs": row[None, :],
                 "labels": row[None, :],
                 "puzzle_identifiers": np.full(1, identifier, dtype=np.int64),
             }
         )
-        halt_max_steps = self.spec.arch.halt_max_steps
-        outputs, halt_steps = run_all_steps(self.module, batch, halt_max_steps, placement)
-        answer = outputs["logits"].argmax(dim=-1)[0].cpu().numpy()
-        steps = halt_steps.cpu().numpy()
-        attempt: int | None = 1
+        explored = explorer.run(self.module, batch, self.spec.arch.halt_max_steps)
         if layout is not None and self.task is not None:  # back into the task's tokens
-            answer = layout.from_mixed(self.task, answer)
-        if plan.attempts > 1:
-            run = puzzle_runner(self.module, placement, halt_max_steps, 1)
-            identifiers = np.zeros(1, dtype=np.int64)
-            tried = try_again(plan, run, question[None, :], identifiers, answer[None, :], steps)
-            answer, steps = tried.answers[0], tried.halt_steps
-            attempt = int(tried.attempt[0]) or None
+            back = layout.from_mixed(self.task, explored.answers[0, 0])
+            explored = attrs.evolve(explored, answers=back[None, None, :])
+        return explored
+
+    def _solution(
+        self,
+        question: np.ndarray,
+        answer: np.ndarray,
+        steps: int,
+        attempts: int,
+        attempt: int | None,
+        explored: Explored,
+    ) -> Solution:
+        """The :class:`Solution` of ``answer`` with the task's verdicts on it."""
+        source = self.source
         verdicts: dict[str, bool] = {}
         task_metrics = getattr(source, "task_metrics", None)
         if callable(task_metrics):
@@ -259,26 +367,39 @@ class Model:
             puzzle=source.format_grid(question),
             answer=source.format_grid(answer),
             valid=bool(source.check_answer(question, answer)),
-            steps=int(steps[0]),
-            max_steps=halt_max_steps,
+            steps=steps,
+            max_steps=self.spec.arch.halt_max_steps,
             solvable=bool(check(question)) if callable(check) else None,
             verdicts=verdicts,
             question=question,
             tokens=answer,
             question_cells=cells(question) if callable(cells) else None,
             answer_cells=cells(answer) if callable(cells) else None,
-            attempts=plan.attempts,
+            attempts=attempts,
             attempt=attempt,
+            trajectories=trajectory_records(
+                explored, lambda tokens: source.check_answer(question, tokens)
+            ),
         )
 
     def solve_task(
-        self, task: str, data: Path | None = None, png: Path | None = None
+        self,
+        task: str,
+        data: Path | None = None,
+        png: Path | None = None,
+        *,
+        explore: int = 1,
+        noise: float = DEFAULT_NOISE,
+        select: str | None = None,
+        explore_seed: int = 0,
     ) -> TaskSolution:
         """Solve a whole task of many rows through the data source's ``solve_task`` (ARC:
         a task id of the dataset's test_puzzles.json or a task JSON file); ``data`` the
         dataset folder (default: the one trained on, when it is still there), ``png`` where
         a task that draws its answer writes the picture. TrmError for a source that solves
-        single puzzles (use :meth:`solve`)."""
+        single puzzles (use :meth:`solve`). ``explore``, ``noise``, ``select`` and
+        ``explore_seed`` as :meth:`solve`'s: each row (each augmented version of ARC's vote)
+        is explored, and its chosen answer, with its confidence, is what the task votes on."""
         if self.layout is not None:
             raise TrmError(
                 "a model trained on a mix solves single puzzles of its tasks (trm solve "
@@ -289,10 +410,13 @@ class Model:
             raise TrmError(
                 f"the {self.source.name} source solves single puzzles: use Model.solve(PUZZLE)"
             )
+        exploration = plan_exploration(
+            self.pm, self.source, explore, noise, select, explore_seed, where=""
+        )
         data_dir = self.data_dir(data) if data is not None else self._recorded_data()
         if data_dir is not None:
             check_eval_data(self.payload, data_dir, self.spec.data.eval_split, given=False)
-        return solve(task, data_dir, self.seq_len, self._row_runner(), png)
+        return solve(task, data_dir, self.seq_len, self._row_runner(exploration), png)
 
     def data_dir(self, data: Path | None) -> Path:
         """``data`` (checked), or the folder the checkpoint was trained on; TrmError, with
@@ -330,11 +454,15 @@ class Model:
             return Path(recorded)
         return None
 
-    def _row_runner(self) -> RunRows:
-        """The model as :data:`trm.data.evaluator.RunRows`, in batches of SOLVE_BATCH rows."""
+    def _row_runner(self, exploration: Exploration | None = None) -> RunRows:
+        """The model as :data:`trm.data.evaluator.RunRows`, in batches of SOLVE_BATCH rows
+        (rows × trajectories when ``exploration`` explores: the chosen answers and their
+        confidence)."""
         placement = self.runtime.placement()
         shape = checkpoint_shape(self.payload)
         spec, model = self.spec, self.module
+        explorer = Explorer(exploration or Exploration(), placement)
+        per_batch = puzzles_in_batch(SOLVE_BATCH, explorer.exploration.trajectories)
 
         def run(inputs: np.ndarray, identifiers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             inputs = np.asarray(inputs, dtype=np.int64).reshape(-1, shape.seq_len)
@@ -349,15 +477,13 @@ class Model:
                     "--data the dataset this checkpoint was trained on?"
                 )
             answers, confidences = [], []
-            for start in range(0, len(inputs), SOLVE_BATCH):
-                rows = slice(start, start + SOLVE_BATCH)
+            for start in range(0, len(inputs), per_batch):
+                rows = slice(start, start + per_batch)
                 batch = {"inputs": inputs[rows], "labels": inputs[rows]}
                 batch = placement.to_device({**batch, "puzzle_identifiers": identifiers[rows]})
-                tokens, q_halt = predict_with_halt(
-                    model, batch, spec.arch.halt_max_steps, placement
-                )
-                answers.append(tokens.cpu().numpy())
-                confidences.append(confidence(q_halt))
+                explored = explorer.run(model, batch, spec.arch.halt_max_steps)
+                answers.append(explored.selected)
+                confidences.append(confidence(explored.selected_q_halt))
             if not answers:
                 return np.zeros((0, shape.seq_len), dtype=np.int64), np.zeros(0)
             return np.concatenate(answers), np.concatenate(confidences)
@@ -549,6 +675,11 @@ def parse_puzzle(source: Any, puzzle: str | os.PathLike[str], seq_len: int) -> n
         if path is None:
             if _looks_like_a_file_name(text):
                 word = text.strip()
+                if Path(word).expanduser().is_dir():
+                    raise TrmError(
+                        f"puzzle {word} is a folder, not a puzzle; give the puzzle as text or "
+                        "a pathlib.Path of a file holding it"
+                    ) from None
                 if Path(word).expanduser().is_file():
                     raise TrmError(
                         f"{exc}; {word} is a file: pass pathlib.Path({word!r}) to solve the "

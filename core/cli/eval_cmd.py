@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,14 @@ from trm.evaluation.attempts import (
     plan_attempts,
 )
 from trm.evaluation.evaluate import evaluate
+from trm.evaluation.explore import (
+    CURVE_PREFIX,
+    DEFAULT_NOISE,
+    MAX_TRAJECTORIES,
+    Exploration,
+    check_exploration,
+    plan_exploration,
+)
 from trm.evaluation.held_out import manifest_at_attempts, score_kind
 from trm.evaluation.per_task import evaluate_tasks, task_splits
 from trm.restore import check_eval_data
@@ -69,6 +78,7 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
         help="write the answers in the task's submission format (ARC Prize's submission.json)",
     )
     _attempts_options(ev)
+    _explore_options(ev)
     ev.add_argument(
         "--task", help="a model trained on a mix: score this task only (default: each task)"
     )
@@ -97,6 +107,7 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
         "in the current folder)",
     )
     _attempts_options(solve)
+    _explore_options(solve)
     solve.add_argument(
         "--task",
         help="a model trained on a mix: the task the puzzle is for (needed when the puzzle "
@@ -126,14 +137,76 @@ def _attempts_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _explore_options(parser: argparse.ArgumentParser) -> None:
+    """``--explore N``, ``--noise SIGMA``, ``--select RULE``, ``--explore-seed N``
+    (trm.evaluation.explore; docs/test-time.md)."""
+    parser.add_argument(
+        "--explore",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help=f"run each puzzle as N trajectories in one batch, all but the first with noise in "
+        f"the latent, and keep the one --select chooses (default 1: the plain answer; at most "
+        f"{MAX_TRAJECTORIES})",
+    )
+    parser.add_argument(
+        "--noise",
+        type=float,
+        default=DEFAULT_NOISE,
+        metavar="SIGMA",
+        help=f"standard deviation of the noise of --explore (default {DEFAULT_NOISE:g})",
+    )
+    parser.add_argument(
+        "--select",
+        default=None,
+        metavar="RULE",
+        help="how --explore chooses: q (highest halting score), halt-first (first to halt), "
+        "rules (first answer the task's rules accept), vote (majority), or a plugin's rule "
+        "(default: the task's choice, else q)",
+    )
+    parser.add_argument(
+        "--explore-seed",
+        type=non_negative_int,
+        default=0,
+        metavar="N",
+        help="seed the noise of --explore is drawn from (default 0)",
+    )
+
+
+def _exploration(args: argparse.Namespace, loaded: Model) -> Exploration:
+    """The exploration ``--explore``/``--noise``/``--select``/``--explore-seed`` ask of
+    ``loaded``'s puzzles (refused for a model trained on a mix: one trajectory)."""
+    if loaded.layout is not None and args.explore > 1:
+        raise TrmError(
+            f"--explore {args.explore}: a model trained on a mix answers with one trajectory; "
+            "leave --explore out"
+        )
+    source = loaded.source
+    if source is None:  # a mix's model: its tasks are scored with one plain trajectory
+        return Exploration()
+    return plan_exploration(
+        loaded.pm, source, args.explore, args.noise, args.select, args.explore_seed
+    )
+
+
+def _cost(result: dict[str, Any]) -> str:
+    """What the text output says beside the accuracy of an explored evaluation."""
+    shown = f"; {result['trajectories_per_puzzle']:.3g} trajectories a puzzle"
+    if "oracle_exact_accuracy" in result:
+        shown += f", oracle {result['oracle_exact_accuracy']:.2%} (a trajectory was right)"
+    return shown + f", {result['seconds_per_puzzle']:.3g} s a puzzle"
+
+
 def run_eval(args: argparse.Namespace) -> int:
     check_attempts_count(args.attempts, "--attempts")
+    check_exploration(args.explore, args.noise, args.explore_seed)
     loaded = load_model(args.checkpoint, tuple(args.plugins), info)
+    exploration = _exploration(args, loaded)
     if loaded.layout is not None or args.task is not None:
         return _eval_mix(args, loaded)
     attempts = _attempt_plan(args, loaded)
     if loaded.manifest is not None and args.data is None:
-        return _eval_shipped(args, loaded, loaded.manifest, attempts)
+        return _eval_shipped(args, loaded, loaded.manifest, attempts, exploration)
     payload, runtime, spec, model = loaded.payload, loaded.runtime, loaded.spec, loaded.module
     data_dir = loaded.data_dir(args.data)
     split = args.split if args.split is not None else spec.data.eval_split
@@ -141,6 +214,7 @@ def run_eval(args: argparse.Namespace) -> int:
     source = loaded.source
     evaluator = _task_evaluator(source, data_dir, split, args.submission)
     index = SplitIndex(open_split(data_dir / split))
+    started_s = time.perf_counter()
     result = evaluate(
         model,
         index,
@@ -151,7 +225,9 @@ def run_eval(args: argparse.Namespace) -> int:
         getattr(source, "task_metrics", None),
         evaluator,
         attempts,
+        exploration,
     )
+    seconds_per_puzzle = (time.perf_counter() - started_s) / max(int(result["examples"]), 1)
     if args.submission is not None:
         _write_submission(args.submission, evaluator)
         info(f"wrote {args.submission}")
@@ -159,7 +235,12 @@ def run_eval(args: argparse.Namespace) -> int:
         "checkpoint": str(args.checkpoint),
         "step": payload.get("step"),
         "split": str(data_dir / split),
+        "explore": exploration.trajectories,
+        "noise": exploration.noise if exploration.explores else 0.0,
+        "select": exploration.rule.name if exploration.explores and exploration.rule else None,
+        "trajectories_per_puzzle": 1.0,
         **result,
+        "seconds_per_puzzle": seconds_per_puzzle,
     }
     if args.json:
         print_json(result)
@@ -177,6 +258,7 @@ def run_eval(args: argparse.Namespace) -> int:
             + "".join(
                 f", {_metric_name(k)} {_shown(k, v)}" for k, v in _task_values(result).items()
             )
+            + (_cost(result) if exploration.explores else "")
         )
     return 0
 
@@ -245,7 +327,11 @@ def _attempt_plan(args: argparse.Namespace, loaded: Model) -> AttemptPlan:
 
 
 def _eval_shipped(
-    args: argparse.Namespace, loaded: Model, manifest: Manifest, attempts: AttemptPlan
+    args: argparse.Namespace,
+    loaded: Model,
+    manifest: Manifest,
+    attempts: AttemptPlan,
+    exploration: Exploration,
 ) -> int:
     """``trm eval NAME``: each kind of the manifest scored again beside its recorded figure
     (with ``--attempts K``, the figures of one attempt and of K, beside the manifest's of K
@@ -276,6 +362,7 @@ def _eval_shipped(
             _quiet,
             f"manifest of {manifest.name}, kind {kind.kind!r}",
             attempts,
+            exploration,
         )
         row = {
             "kind": kind.kind,
@@ -286,14 +373,27 @@ def _eval_shipped(
             "manifest_count": kind.count,
             "manifest_exact_accuracy": kind.exact_accuracy,
             "manifest_cell_accuracy": kind.cell_accuracy,
+            "trajectories_per_puzzle": score.trajectories_per_puzzle,
+            "seconds_per_puzzle": score.seconds_per_puzzle,
         }
+        if exploration.explores:
+            row["oracle_exact_accuracy"] = score.oracle_exact_accuracy
         if attempts.attempts > 1:
             key = at_attempts_key(attempts.attempts)
             row[key] = score.exact_accuracy_at_attempts
             row[f"manifest_{key}"] = manifest_at_attempts(kind, attempts)
         rows.append(row)
     if args.json:
-        print_json({"model": manifest.name, "step": loaded.step, "kinds": rows})
+        chosen = exploration.rule.name if exploration.explores and exploration.rule else None
+        print_json(
+            {
+                "model": manifest.name,
+                "step": loaded.step,
+                "explore": exploration.trajectories,
+                "select": chosen,
+                "kinds": rows,
+            }
+        )
         return 0
     print(f"{manifest.name} (shipped, step {loaded.step}): held-out exact accuracy")
     width = max([len(r["kind"]) for r in rows] + [4])
@@ -315,6 +415,7 @@ def _eval_shipped(
                 if r["examples"] == r["manifest_count"]
                 else f"  ({r['manifest_count']} in the manifest)"
             )
+            + (_cost(r) if exploration.explores else "")
         )
     return 0
 
@@ -385,9 +486,24 @@ def _write_submission(path: Path, evaluator: TaskEvaluator | None) -> None:
 
 def _task_values(result: dict[str, Any]) -> dict[str, float]:
     """The task metrics of an evaluation (the keys beyond exact and cell accuracy)."""
-    common = ("checkpoint", "step", "split", "examples", "exact_accuracy", "cell_accuracy")
+    common = (
+        "checkpoint",
+        "step",
+        "split",
+        "examples",
+        "exact_accuracy",
+        "cell_accuracy",
+        "explore",
+        "noise",
+        "select",
+        "oracle_exact_accuracy",
+        "trajectories_per_puzzle",
+        "seconds_per_puzzle",
+    )
     return {
-        k: v for k, v in result.items() if k not in common and not k.startswith(AT_ATTEMPTS_PREFIX)
+        k: v
+        for k, v in result.items()
+        if k not in common and not k.startswith((AT_ATTEMPTS_PREFIX, CURVE_PREFIX))
     }
 
 
@@ -406,15 +522,24 @@ def _metric_name(key: str) -> str:
 
 def run_solve(args: argparse.Namespace) -> int:
     check_attempts_count(args.attempts, "--attempts")
+    check_exploration(args.explore, args.noise, args.explore_seed)
     model = load_model(args.checkpoint, tuple(args.plugins), info)
     if args.task is not None:
         model = model.for_task(args.task)
     if model.layout is None:
         check_attempts(model.source, args.attempts, "--attempts")
+        _exploration(args, model)  # a bad --select is refused before the puzzle is read
     if callable(getattr(model.source, "solve_task", None)):
         return _solve_task(args, model)
-    attempts, seed = args.attempts, args.attempts_seed
-    solution = model.solve(puzzle_argument(args.puzzle), attempts=attempts, attempts_seed=seed)
+    solution = model.solve(
+        puzzle_argument(args.puzzle),
+        attempts=args.attempts,
+        attempts_seed=args.attempts_seed,
+        explore=args.explore,
+        noise=args.noise,
+        select=args.select,
+        explore_seed=args.explore_seed,
+    )
     if args.json:
         print_json(solution.document())
     else:
@@ -425,7 +550,15 @@ def run_solve(args: argparse.Namespace) -> int:
 
 def _solve_task(args: argparse.Namespace, model: Model) -> int:
     """``trm solve`` through the source's ``solve_task`` (a task of many rows)."""
-    solution = model.solve_task(args.puzzle, args.data, args.png)
+    solution = model.solve_task(
+        args.puzzle,
+        args.data,
+        args.png,
+        explore=args.explore,
+        noise=args.noise,
+        select=args.select,
+        explore_seed=args.explore_seed,
+    )
     if args.json:
         print_json(solution.document)
     elif isinstance(solution.view, str):

@@ -75,6 +75,14 @@ class DataSource(Protocol):
         answer the rules refuse again under them (:mod:`trm.evaluation.attempts`); a source
         without the method cannot be asked for more than one attempt.
 
+    ``default_selection: str``
+        The selection rule test-time exploration uses for this task when ``--select`` is not
+        given (:mod:`trm.data.selection`); without it, ``q``.
+
+    ``rules_judge_answers: bool``
+        False when ``check_answer`` cannot judge an answer from the question alone (ARC looks
+        it up among known solutions): ``--select rules`` is then refused. True without it.
+
     ``primary_metric: str``
         The name of the score that picks a run's best checkpoint (e.g. ``"pass@2"``, which
         the source's evaluator must report); without it, ``exact_accuracy``.

@@ -19,6 +19,11 @@ from attrs import field, frozen
 
 from trm.errors import TrmError
 
+# At most this many attempts of a puzzle, everywhere (train.eval_attempts has the same bound).
+MAX_ATTEMPTS = 1024
+# The largest seed a draw takes (a seed of --attempts-seed, --explore-seed).
+MAX_DRAW_SEED = 2**63 - 1
+
 
 def _int_array(value: object) -> np.ndarray:
     return np.asarray(value, dtype=np.int64).ravel()
@@ -90,11 +95,23 @@ def check_attempts(source: Any, attempts: int, where: str) -> None:
 
 
 def check_attempts_count(attempts: int, where: str) -> None:
-    """TrmError naming ``where`` unless ``attempts`` is a whole number of at least 1."""
+    """TrmError naming ``where`` unless ``attempts`` is a whole number in 1..MAX_ATTEMPTS."""
     if isinstance(attempts, bool) or not isinstance(attempts, (int, np.integer)):
         raise TrmError(f"{where} must be a whole number of at least 1, not {attempts!r}")
     if attempts < 1:
         raise TrmError(f"{where} must be at least 1 (1: the puzzle as given), got {attempts}")
+    if attempts > MAX_ATTEMPTS:
+        raise TrmError(
+            f"{where} must be at most {MAX_ATTEMPTS} (as train.eval_attempts), got {attempts}"
+        )
+
+
+def check_seed(seed: object, where: str) -> None:
+    """TrmError naming ``where`` unless ``seed`` is a whole number in 0..MAX_DRAW_SEED."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TrmError(f"{where} must be a whole number of 0 or more, not {seed!r}")
+    if not 0 <= seed <= MAX_DRAW_SEED:
+        raise TrmError(f"{where} must be between 0 and {MAX_DRAW_SEED}, got {seed}")
 
 
 def no_symmetries(source: Any, attempts: int, where: str) -> TrmError:

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from attrs import frozen
+from attrs import define, field, frozen
 
-from trm.data.symmetry import CellSymmetry, check_attempts, no_symmetries
+from trm.data.symmetry import CellSymmetry, check_attempts, check_seed, no_symmetries
 
 # (inputs [B, seq_len], puzzle identifiers [B]) -> (answer tokens [B, seq_len], halt steps [B])
 RunPuzzles = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -33,15 +33,26 @@ def at_attempts_key(attempts: int) -> str:
     return f"{AT_ATTEMPTS_PREFIX}{attempts}"
 
 
-@frozen
+@define
 class AttemptPlan:
     """``attempts`` tries a puzzle: as given, then under ``symmetries`` (``attempts - 1`` of
-    them, in order, drawn from ``seed``); ``check(question, answer)`` is the task's rules."""
+    them, in order, drawn from ``seed`` by ``draw(count, rng)`` the first time they are read,
+    so a plan whose puzzles are all accepted at once draws nothing); ``check(question,
+    answer)`` is the task's rules."""
 
     attempts: int
-    symmetries: tuple[CellSymmetry, ...]
+    draw: Callable[[int, np.random.Generator], list[CellSymmetry]] = field(repr=False)
     check: Callable[[np.ndarray, np.ndarray], bool]
     seed: int = 0
+    _drawn: tuple[CellSymmetry, ...] | None = field(default=None, repr=False, alias="_drawn")
+
+    @property
+    def symmetries(self) -> tuple[CellSymmetry, ...]:
+        """The ``attempts - 1`` symmetries, drawn on first use."""
+        if self._drawn is None:
+            count = self.attempts - 1
+            self._drawn = tuple(self.draw(count, np.random.default_rng(self.seed)) if count else ())
+        return self._drawn
 
 
 @frozen
@@ -59,16 +70,27 @@ class Attempted:
 
 def plan_attempts(source: Any, seq_len: int, attempts: int, seed: int, where: str) -> AttemptPlan:
     """The attempts of ``source``'s puzzles of ``seq_len`` cells, symmetries drawn from
-    ``seed``. TrmError naming ``where`` (``--attempts``, ``train.eval_attempts``) for fewer
-    than 1, or more than 1 for a task without symmetries for this shape."""
+    ``seed`` when first needed. TrmError naming ``where`` (``--attempts``,
+    ``train.eval_attempts``) for fewer than 1 or more than
+    :data:`~trm.data.symmetry.MAX_ATTEMPTS`, more than 1 for a task without symmetries for
+    this shape (asked of the source for one symmetry now), or a seed that is not a whole
+    number of 0 or more (``where``-seed)."""
     check_attempts(source, attempts, where)
-    symmetries: list[CellSymmetry] = []
+    check_seed(seed, f"{where}-seed" if where.startswith("--") else f"{where}_seed")
+    draw: Callable[[int, np.random.Generator], list[CellSymmetry]] = _no_draw
     if attempts > 1:
-        draw = source.answer_symmetries
-        symmetries = list(draw(seq_len, int(attempts) - 1, np.random.default_rng(seed)))
-        if not symmetries:
+        symmetries = source.answer_symmetries
+
+        def draw(count: int, rng: np.random.Generator) -> list[CellSymmetry]:
+            return list(symmetries(seq_len, count, rng))
+
+        if not draw(1, np.random.default_rng(seed)):
             raise no_symmetries(source, attempts, where)
-    return AttemptPlan(int(attempts), tuple(symmetries), source.check_answer, int(seed))
+    return AttemptPlan(int(attempts), draw, source.check_answer, int(seed))
+
+
+def _no_draw(count: int, rng: np.random.Generator) -> list[CellSymmetry]:
+    return []
 
 
 def try_again(

@@ -9,10 +9,12 @@ out of memory, the best result tracked, the row written, ``on_eval`` called.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
+from attrs import frozen
 
 from trm.control import TrainControl
 from trm.data.evaluator import TaskEvaluator
@@ -20,94 +22,61 @@ from trm.data.sampler import SplitIndex
 from trm.device import distributed
 from trm.device.contract import Placement
 from trm.device.oom import is_out_of_memory
-from trm.evaluation.attempts import AttemptPlan, RunPuzzles, at_attempts_key, try_again
+from trm.evaluation.attempts import AttemptPlan, at_attempts_key, try_again
+from trm.evaluation.explore import (
+    CURVE_PREFIX,
+    ORACLE,
+    Exploration,
+    Explored,
+    Explorer,
+    curve_sums,
+    puzzles_in_batch,
+)
+from trm.evaluation.steps import (
+    IGNORE_LABEL,
+    confidence,
+    exact_rows,
+    predict,
+    predict_with_halt,
+    run_all_steps,
+)
 from trm.evaluation.task_evaluation import TaskEvaluation, record_best
 from trm.metrics_log import Journal
 from trm.model import ACTLoss
 from trm.plugin_manager import TrmPluginManager
 from trm.state import TrainState
 
-IGNORE_LABEL = -100
-# The task-sum name of the examples exactly right after the attempts (summed over ranks with
-# the task's own sums, then divided by the examples scored).
+__all__ = [
+    "EVAL_SUM_KEYS",
+    "IGNORE_LABEL",
+    "TaskMetrics",
+    "add_halting_sums",
+    "confidence",
+    "evaluate",
+    "evaluate_in_run",
+    "exact_rows",
+    "halting_metrics",
+    "halting_sums",
+    "predict",
+    "predict_with_halt",
+    "puzzle_runner",
+    "run_all_steps",
+    "score_sums",
+]
+
+# The task-sum names of the examples exactly right after the attempts and of the rows the
+# model ran (summed over ranks with the task's own sums, then divided by the examples scored).
 _RETRIED = "_exact_after_attempts"
+_ROWS_RUN = "_rows_run"
 TaskMetrics = Callable[[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]
-
-
-@torch.no_grad()
-def run_all_steps(
-    model: torch.nn.Module,
-    batch: dict[str, torch.Tensor],
-    halt_max_steps: int,
-    placement: Placement,
-) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Every supervision step on ``batch`` (model in eval mode): the last step's outputs and,
-    per row, the step (1..halt_max_steps) at which the Q head first asked to halt by the
-    training rule (``halt_max_steps`` when it never did)."""
-    carry = model.initial_carry(batch)
-    outputs: dict[str, torch.Tensor] = {}
-    halt_steps = torch.full((batch["inputs"].shape[0],), halt_max_steps, device=placement.device)
-    with placement.autocast():
-        for step in range(1, halt_max_steps + 1):
-            carry, outputs = model(carry, batch)
-            asks = _asks_to_halt(model, outputs) & (halt_steps == halt_max_steps)
-            halt_steps = torch.where(asks, torch.full_like(halt_steps, step), halt_steps)
-    return outputs, halt_steps
-
-
-def predict_with_halt(
-    model: torch.nn.Module,
-    batch: dict[str, torch.Tensor],
-    halt_max_steps: int,
-    placement: Placement,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The model's answer tokens [B, seq_len] and its q_halt logits [B] (float32), both after
-    all ``halt_max_steps`` supervision steps (model in eval mode)."""
-    outputs, _ = run_all_steps(model, batch, halt_max_steps, placement)
-    return outputs["logits"].argmax(dim=-1), outputs["q_halt_logits"].float()
-
-
-def predict(
-    model: torch.nn.Module,
-    batch: dict[str, torch.Tensor],
-    halt_max_steps: int,
-    placement: Placement,
-) -> torch.Tensor:
-    """The model's answer tokens [B, seq_len] after all supervision steps (model in eval mode)."""
-    return predict_with_halt(model, batch, halt_max_steps, placement)[0]
 
 
 def puzzle_runner(
     model: torch.nn.Module, placement: Placement, halt_max_steps: int, batch_size: int
-) -> RunPuzzles:
+) -> Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """The model as :data:`trm.evaluation.attempts.RunPuzzles`: token rows in batches of at
     most ``batch_size``, every supervision step, answers and halting steps as NumPy."""
-
-    def run(inputs: np.ndarray, identifiers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        answers, steps = [], []
-        for start in range(0, len(inputs), batch_size):
-            rows = slice(start, start + batch_size)
-            batch = {"inputs": inputs[rows], "labels": inputs[rows]}
-            batch = placement.to_device({**batch, "puzzle_identifiers": identifiers[rows]})
-            outputs, halt_steps = run_all_steps(model, batch, halt_max_steps, placement)
-            answers.append(outputs["logits"].argmax(dim=-1).cpu().numpy())
-            steps.append(halt_steps.cpu().numpy())
-        return np.concatenate(answers), np.concatenate(steps)
-
-    return run
-
-
-def exact_rows(predictions: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Per row, 1.0 when every scored cell (label not ignored) is right and there is one,
-    else 0.0 (NumPy twin of :func:`score_sums`' exact count)."""
-    mask = labels != IGNORE_LABEL
-    right = ((predictions == labels) | ~mask).all(axis=-1) & mask.any(axis=-1)
-    return right.astype(np.float64)
-
-
-def confidence(q_halt_logits: torch.Tensor) -> np.ndarray:
-    """sigmoid(q_halt) as float64 NumPy (as the reference's ARC evaluator computes it)."""
-    return torch.sigmoid(q_halt_logits.detach().cpu().double()).numpy()
+    return Explorer(Exploration(), placement).puzzle_runner(model, halt_max_steps, batch_size)
 
 
 # The sums an evaluation adds on the device, in the order of its sums vector: the scoring
@@ -126,16 +95,6 @@ def score_sums(predictions: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.stack(
         [scored.sum().float(), ((correct == counts) & scored).sum().float(), fractions.sum()]
     )
-
-
-def _asks_to_halt(model: torch.nn.Module, outputs: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Per row: would the training rule halt here (``q_halt > 0`` with ``no_ACT_continue``,
-    else ``q_halt > q_continue``)?"""
-    arch = getattr(model, "arch", None) or model.module.arch  # a wrapper keeps it on .module
-    q_halt = outputs["q_halt_logits"]
-    if arch.no_ACT_continue:
-        return q_halt > 0
-    return q_halt > outputs["q_continue_logits"]
 
 
 def halting_sums(
@@ -181,6 +140,21 @@ def halting_metrics(sums: dict[str, float]) -> dict[str, float]:
     }
 
 
+@frozen
+class _Answers:
+    """One batch answered: ``predictions`` [B, seq_len] and ``q_halt`` [B] (device tensors)
+    of the chosen trajectories; ``outputs`` and ``halt_steps`` those of the plain
+    (noise-free) trajectory, for the loss and the Q head's figures; ``explored`` every
+    trajectory (None: one trajectory)."""
+
+    predictions: torch.Tensor
+    q_halt: torch.Tensor
+    outputs: dict[str, torch.Tensor]
+    halt_steps: torch.Tensor
+    chosen_halt_steps: np.ndarray
+    explored: Explored | None
+
+
 def evaluate(
     model: torch.nn.Module,
     index: SplitIndex,
@@ -191,10 +165,13 @@ def evaluate(
     task_metrics: TaskMetrics | None = None,
     task_evaluator: TaskEvaluator | None = None,
     attempts: AttemptPlan | None = None,
+    exploration: Exploration | None = None,
 ) -> dict[str, float]:
     """Exact and cell accuracy over the first ``max_examples`` examples (0 = all) of a split,
-    the loss and the Q head's figures (:func:`halting_metrics`), and the task's own metrics
-    when its data source has them.
+    the loss and the Q head's figures (:func:`halting_metrics`), the task's own metrics
+    when its data source has them, and, with more than one attempt or trajectory,
+    ``trajectories_per_puzzle`` (the rows the model ran per example: the trajectories, times
+    the attempts each needed; 1 without).
 
     ``task_metrics(inputs, labels, predictions)`` (a DataSource's optional method) gets a
     batch's token rows as NumPy arrays and returns per-row values in [0, 1] by name (a maze's
@@ -210,55 +187,155 @@ def evaluate(
     ``exact_accuracy@K``: the answers the rules refuse tried again under the task's
     symmetries; every other figure is of the first attempt, the puzzles as given.
 
+    ``exploration`` with more than one trajectory (:mod:`trm.evaluation.explore`) answers
+    each example with its rule's choice among the trajectories (each attempt explores; the
+    task evaluator gets the chosen answers and their confidence), so exact and cell accuracy
+    are of the chosen answers; the loss and the Q head's figures stay those of the plain
+    trajectory. It adds ``oracle_exact_accuracy`` (an example is right when any trajectory
+    is) and, for N = 1, 2, 4, … up to the trajectories, ``explore@N/RULE`` and
+    ``explore@N/oracle``: the exact accuracy with each usable rule choosing among the first N.
+
     The scoring and halting sums stay on the device, added batch by batch (the backend's
     ``mark_step`` after each), and are read to the host once, at the end: one host read per
-    evaluation. Only ``task_metrics``, ``task_evaluator`` and more than one attempt, which take
-    NumPy rows, read each batch's predictions (and the confidence).
+    evaluation. Only ``task_metrics``, ``task_evaluator``, more than one attempt and
+    exploration, which take NumPy rows, read each batch's predictions (and the confidence).
     """
     total = index.num_examples if max_examples <= 0 else min(max_examples, index.num_examples)
     share = distributed.current().shard(total)  # range(total) with one process
-    was_training = model.training
-    model.eval()
+    plan = exploration if exploration is not None else Exploration()
+    explorer = Explorer(plan, placement)
     task_sums: dict[str, float] = {}
     totals = torch.zeros(len(EVAL_SUM_KEYS), device=placement.device)
-    try:
-        for start in range(share.start, share.stop, batch_size):
-            examples = np.arange(start, min(share.stop, start + batch_size))
+    with _eval_mode(model):
+        for examples in _batches(share, puzzles_in_batch(batch_size, plan.trajectories)):
             rows = index.gather(examples)
             batch = placement.to_device(rows)
-            outputs, halt_steps = run_all_steps(model, batch, halt_max_steps, placement)
-            preds = outputs["logits"].argmax(dim=-1)
-            q_halt = outputs["q_halt_logits"].float()
-            labels = batch["labels"]
-            totals = totals + torch.cat(
-                [score_sums(preds, labels), halting_sums(model, outputs, halt_steps, labels)]
-            )
+            answered = _answer(model, batch, halt_max_steps, explorer)
+            totals = totals + _device_sums(model, answered, batch["labels"])
             placement.mark_step()  # a lazy device runs this batch here, not all at the end
-            if task_metrics is not None:
-                values = task_metrics(rows["inputs"], rows["labels"], preds.cpu().numpy())
-                for name, per_row in values.items():
-                    task_sums[name] = task_sums.get(name, 0.0) + float(np.sum(per_row))
+            _add_host_sums(task_sums, rows, answered, task_metrics, plan)
             if attempts is not None and attempts.attempts > 1:
-                retried = try_again(
-                    attempts,
-                    puzzle_runner(model, placement, halt_max_steps, batch_size),
-                    rows["inputs"],
-                    rows["puzzle_identifiers"],
-                    preds.cpu().numpy(),
-                    halt_steps.cpu().numpy(),
-                )
-                right = exact_rows(retried.answers, rows["labels"])
-                task_sums[_RETRIED] = task_sums.get(_RETRIED, 0.0) + float(right.sum())
+                runner = explorer.puzzle_runner(model, halt_max_steps, batch_size)
+                _add_retried(task_sums, attempts, runner, rows, answered)
             if task_evaluator is not None:
                 task_evaluator.add(
                     rows["inputs"],
                     rows["puzzle_identifiers"],
-                    preds.cpu().numpy(),
-                    confidence(q_halt),
+                    answered.predictions.cpu().numpy(),
+                    confidence(answered.q_halt),
                 )
         sums = dict(zip(EVAL_SUM_KEYS, placement.backend.read_values(totals), strict=True))
+    if plan.explores or (attempts is not None and attempts.attempts > 1):
+        task_sums[_ROWS_RUN] = float(explorer.rows_run)
+    return _result(sums, task_sums, total, attempts, task_evaluator)
+
+
+@contextmanager
+def _eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """The model in eval mode inside the block, its previous mode restored after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
     finally:
         model.train(was_training)
+
+
+def _batches(share: range, batch_size: int) -> Iterator[np.ndarray]:
+    """The example numbers of ``share`` in batches of at most ``batch_size``."""
+    for start in range(share.start, share.stop, batch_size):
+        yield np.arange(start, min(share.stop, start + batch_size))
+
+
+def _answer(
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    halt_max_steps: int,
+    explorer: Explorer,
+) -> _Answers:
+    """``batch`` through every supervision step: one trajectory as a plain run, or the
+    exploration's trajectories and its rule's choices."""
+    if not explorer.exploration.explores:
+        explorer.rows_run += int(batch["inputs"].shape[0])
+        outputs, halt_steps = run_all_steps(model, batch, halt_max_steps, explorer.placement)
+        return _Answers(
+            predictions=outputs["logits"].argmax(dim=-1),
+            q_halt=outputs["q_halt_logits"].float(),
+            outputs=outputs,
+            halt_steps=halt_steps,
+            chosen_halt_steps=halt_steps.cpu().numpy(),
+            explored=None,
+        )
+    explored = explorer.run(model, batch, halt_max_steps)
+    device = batch["inputs"].device
+    return _Answers(
+        predictions=torch.from_numpy(explored.selected).to(device),
+        q_halt=torch.from_numpy(explored.selected_q_halt).to(device),
+        outputs=explored.outputs,
+        halt_steps=explored.first_halt_steps,
+        chosen_halt_steps=explored.selected_halt_steps,
+        explored=explored,
+    )
+
+
+def _device_sums(model: torch.nn.Module, answered: _Answers, labels: torch.Tensor) -> torch.Tensor:
+    """One batch's scoring and halting sums (:data:`EVAL_SUM_KEYS`) as a device vector."""
+    return torch.cat(
+        [
+            score_sums(answered.predictions, labels),
+            halting_sums(model, answered.outputs, answered.halt_steps, labels),
+        ]
+    )
+
+
+def _add_host_sums(
+    task_sums: dict[str, float],
+    rows: dict[str, np.ndarray],
+    answered: _Answers,
+    task_metrics: TaskMetrics | None,
+    exploration: Exploration,
+) -> None:
+    """Add one batch's task metrics and, when it explored, its per-N figures to
+    ``task_sums``."""
+    if task_metrics is not None:
+        predictions = answered.predictions.cpu().numpy()
+        for name, per_row in task_metrics(rows["inputs"], rows["labels"], predictions).items():
+            task_sums[name] = task_sums.get(name, 0.0) + float(np.sum(per_row))
+    if answered.explored is not None:
+        curve = curve_sums(answered.explored, rows["inputs"], rows["labels"], exploration)
+        for name, value in curve.items():
+            task_sums[name] = task_sums.get(name, 0.0) + value
+
+
+def _add_retried(
+    task_sums: dict[str, float],
+    attempts: AttemptPlan,
+    runner: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+    rows: dict[str, np.ndarray],
+    answered: _Answers,
+) -> None:
+    """Try the batch's refused answers again (:func:`trm.evaluation.attempts.try_again`)
+    and add the examples then exactly right to ``task_sums``."""
+    retried = try_again(
+        attempts,
+        runner,
+        rows["inputs"],
+        rows["puzzle_identifiers"],
+        answered.predictions.cpu().numpy(),
+        answered.chosen_halt_steps,
+    )
+    right = exact_rows(retried.answers, rows["labels"])
+    task_sums[_RETRIED] = task_sums.get(_RETRIED, 0.0) + float(right.sum())
+
+
+def _result(
+    sums: dict[str, float],
+    task_sums: dict[str, float],
+    total: int,
+    attempts: AttemptPlan | None,
+    task_evaluator: TaskEvaluator | None,
+) -> dict[str, float]:
+    """The figures of an evaluation from its sums, added over the ranks first."""
     n_scored, n_exact, cell_sum, task_sums = _sum_over_ranks(
         int(sums["scored"]), int(sums["exact"]), sums["cells"], task_sums
     )
@@ -266,18 +343,28 @@ def evaluate(
     halting = _sum_over_ranks(0, 0, 0.0, halting)[3]
     if task_evaluator is not None:
         _merge_over_ranks(task_evaluator)
-    examples_done = max(total, 1)
+    scored = max(n_scored, 1)
+    rows_run = task_sums.pop(_ROWS_RUN, None)
+    cost = {} if rows_run is None else {"trajectories_per_puzzle": rows_run / max(total, 1)}
     retried = {}
     if _RETRIED in task_sums and attempts is not None:
-        exact_retried = task_sums.pop(_RETRIED) / max(n_scored, 1)
-        retried = {at_attempts_key(attempts.attempts): exact_retried}
+        retried = {at_attempts_key(attempts.attempts): task_sums.pop(_RETRIED) / scored}
+    explored = {k: v / scored for k, v in task_sums.items() if k.startswith(CURVE_PREFIX)}
+    own = {k: v for k, v in task_sums.items() if not k.startswith(CURVE_PREFIX)}
+    oracle = {}
+    if explored:
+        largest = max(int(k[len(CURVE_PREFIX) :].split("/")[0]) for k in explored)
+        oracle = {"oracle_exact_accuracy": explored[f"{CURVE_PREFIX}{largest}/{ORACLE}"]}
     return {
         "examples": n_scored,
-        "exact_accuracy": n_exact / max(n_scored, 1),
+        "exact_accuracy": n_exact / scored,
         **retried,
-        "cell_accuracy": cell_sum / max(n_scored, 1),
+        **oracle,
+        "cell_accuracy": cell_sum / scored,
         **halting_metrics(halting),
-        **{name: value / examples_done for name, value in task_sums.items()},
+        **cost,
+        **{name: value / max(total, 1) for name, value in own.items()},
+        **explored,
         **(task_evaluator.result() if task_evaluator is not None else {}),
     }
 
@@ -341,7 +428,13 @@ def evaluate_in_run(
         try:
             args = (index, spec.arch.halt_max_steps, batch_size, placement)
             evaluator = scoring.start()
-            extra = (spec.train.eval_max_examples, task_metrics, evaluator, scoring.attempts)
+            extra = (
+                spec.train.eval_max_examples,
+                task_metrics,
+                evaluator,
+                scoring.attempts,
+                scoring.exploration,
+            )
             score = evaluate
             if score_tasks is not None:
                 args, extra, score = (batch_size,), (), score_tasks

@@ -11,6 +11,7 @@ of train); a kind with another seed is fresh puzzles of that kind.
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from trm.device.contract import Placement
 from trm.errors import TrmError
 from trm.evaluation.attempts import AttemptPlan, at_attempts_key
 from trm.evaluation.evaluate import evaluate
+from trm.evaluation.explore import Exploration
 from trm.plan.dataset import build_options, find_data_source
 from trm.plugin_manager import TrmPluginManager
 from trm.restore import check_eval_data
@@ -34,12 +36,17 @@ from trm.spec import CONVERTER, RunSpec
 @define(frozen=True)
 class KindScore:
     """A model's score on the first ``examples`` held-out puzzles of one kind (fractions);
-    ``exact_accuracy_at_attempts`` with the attempts asked for (None: one attempt)."""
+    ``exact_accuracy_at_attempts`` with the attempts asked for (None: one attempt);
+    ``oracle_exact_accuracy`` with exploration (None without): right when any trajectory
+    is; the rows run and the wall time of the scoring (not of the generation) per puzzle."""
 
     examples: int
     exact_accuracy: float
     cell_accuracy: float
     exact_accuracy_at_attempts: float | None = None
+    oracle_exact_accuracy: float | None = None
+    trajectories_per_puzzle: float = 1.0
+    seconds_per_puzzle: float = 0.0
 
 
 def manifest_at_attempts(kind: KindAccuracy, attempts: AttemptPlan) -> float | None:
@@ -74,6 +81,7 @@ def score_kind(
     log: Callable[[str], None],
     where: str,
     attempts: AttemptPlan | None = None,
+    exploration: Exploration | None = None,
 ) -> KindScore:
     """Build the kind's dataset (``spec``'s source, ``options``, ``seed``) in a temporary
     folder and score ``model`` (restored from ``payload``) on the first ``count`` examples
@@ -81,7 +89,8 @@ def score_kind(
 
     TrmError (naming ``where``) when the options do not parse or the built data do not fit
     the model (another puzzle size). ``attempts`` (more than one) adds the exact accuracy
-    with them (:mod:`trm.evaluation.attempts`).
+    with them (:mod:`trm.evaluation.attempts`); ``exploration`` answers each puzzle with its
+    rule's choice among the trajectories (:mod:`trm.evaluation.explore`).
     """
     source = find_data_source(pm, spec.data.source)
     built = build_options(source, dict(options), where)
@@ -97,6 +106,7 @@ def score_kind(
         except TrmError as exc:
             raise TrmError(f"{where}: {exc}") from None
         index = SplitIndex(open_split(folder / split))
+        started_s = time.perf_counter()
         result = evaluate(
             model,
             index,
@@ -105,7 +115,9 @@ def score_kind(
             placement,
             max_examples=count,
             attempts=attempts,
+            exploration=exploration,
         )
+        elapsed_s = time.perf_counter() - started_s
     retried = None
     if attempts is not None and attempts.attempts > 1:
         retried = float(result[at_attempts_key(attempts.attempts)])
@@ -114,4 +126,7 @@ def score_kind(
         exact_accuracy=float(result["exact_accuracy"]),
         cell_accuracy=float(result["cell_accuracy"]),
         exact_accuracy_at_attempts=retried,
+        oracle_exact_accuracy=result.get("oracle_exact_accuracy"),
+        trajectories_per_puzzle=float(result.get("trajectories_per_puzzle", 1.0)),
+        seconds_per_puzzle=elapsed_s / max(int(result["examples"]), 1),
     )

@@ -18,6 +18,7 @@ from attrs import define, field
 
 from trm.data.evaluator import TaskEvaluator
 from trm.evaluation.attempts import AttemptPlan
+from trm.evaluation.explore import Exploration
 from trm.state import TrainState
 
 DEFAULT_PRIMARY_METRIC = "exact_accuracy"
@@ -30,7 +31,8 @@ class TaskEvaluation:
     ``make`` builds a fresh evaluator (None: the source has none for this split);
     ``primary_metric`` names the result that picks the best checkpoint; ``pool`` keeps the
     records of each finished evaluation for the next; ``attempts`` tries the answers the
-    task's rules refuse again (``train.eval_attempts``; None: one attempt).
+    task's rules refuse again (``train.eval_attempts``; None: one attempt); ``exploration``
+    explores each puzzle (``train.eval_explore``; None: one trajectory).
     """
 
     make: Callable[[], TaskEvaluator | None] | None = None
@@ -38,6 +40,7 @@ class TaskEvaluation:
     pool: bool = False
     pooled: list[Any] = field(factory=list)
     attempts: AttemptPlan | None = None
+    exploration: Exploration | None = None
 
     def start(self) -> TaskEvaluator | None:
         """The evaluator for one evaluation (with the pool merged in when pooling)."""

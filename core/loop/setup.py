@@ -21,6 +21,7 @@ from trm.device.contract import HOST, DeviceBackend, Placement
 from trm.errors import TrmError
 from trm.evaluation.attempts import plan_attempts
 from trm.evaluation.evaluate import TaskMetrics
+from trm.evaluation.explore import eval_exploration
 from trm.evaluation.per_task import TaskSplit, task_splits
 from trm.evaluation.task_evaluation import TaskEvaluation, task_evaluation
 from trm.loop.data_parallel import DataParallel
@@ -109,6 +110,7 @@ def open_data(
     scoring = task_evaluation(
         source, data_dir, spec.data.eval_split, spec.train.eval_pool, attempts
     )
+    scoring.exploration = eval_exploration(pm, spec, source)
     return RunData(reader, sampler, evaluation, shape, task_metrics, scoring)
 
 

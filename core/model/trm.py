@@ -15,7 +15,8 @@ Names follow the reference implementation (SamsungSAILMontreal/TinyRecursiveMode
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..spec import ArchSpec
 from ..spec.checks import check_attention_window
+from .latent_noise import LatentNoise
 from .layers import (
     Attention,
     CosSin,
@@ -262,6 +264,8 @@ class TinyRecursiveModel(nn.Module):
         self.halt_exploration_prob = arch.halt_exploration_prob
         # Recompute the grad-carrying calls' activations in backward (set_activation_checkpointing)
         self.activation_checkpointing = False
+        # Test-time exploration's noise in z_L (latent_noise_on); None: the plain recursion
+        self.latent_noise: LatentNoise | None = None
 
     # ----------------------------------------------------------------- schedules
 
@@ -308,6 +312,18 @@ class TinyRecursiveModel(nn.Module):
                     f"halt_exploration_prob must be in [0, 1], got {halt_exploration_prob}"
                 )
             self.halt_exploration_prob = float(halt_exploration_prob)
+
+    @contextmanager
+    def latent_noise_on(self, noise: LatentNoise) -> Iterator[None]:
+        """Add ``noise`` to ``z_L`` at the start of every full recursion (H cycle) of the calls
+        made inside the block (:mod:`trm.model.latent_noise`); its rows must match their
+        batches'. Outside the block the recursion is the plain one: nothing is added or drawn.
+        """
+        previous, self.latent_noise = self.latent_noise, noise
+        try:
+            yield
+        finally:
+            self.latent_noise = previous
 
     def recursion_in_force(self) -> dict[str, int | float]:
         """``H_cycles``, ``L_cycles`` and ``halt_exploration_prob`` as the next call uses them."""
@@ -392,7 +408,8 @@ class TinyRecursiveModel(nn.Module):
 
         Returns ``(z_H, z_L, logits, q_halt_logits, q_continue_logits)``; only the last H
         cycle is differentiable, z_H/z_L are returned with their graph (detach to carry).
-        The depth is the one in force (:meth:`set_recursion`; the spec's by default).
+        The depth is the one in force (:meth:`set_recursion`; the spec's by default). With
+        latent noise on (:meth:`latent_noise_on`) each H cycle first adds it to ``z_L``.
         """
         cos_sin = self.cos_sin()
         mask = self.attention_mask(data["inputs"].device)
@@ -407,14 +424,19 @@ class TinyRecursiveModel(nn.Module):
             states = tuple(t.transpose(0, 1) for t in states)
         z_H, z_L, x = (t.to(dtype=dtype, memory_format=torch.contiguous_format) for t in states)
         net = self.network_for_step()
+        noise = self.latent_noise
         with torch.no_grad():
             for _ in range(H_cycles - 1):
+                if noise is not None:
+                    z_L = noise.add(z_L, position_major)
                 for _ in range(L_cycles):
                     z_L = net(z_L, z_H + x, cos_sin, mask)
                 z_H = net(z_H, z_L, cos_sin, mask)
         grad_net = net
         if self.activation_checkpointing and torch.is_grad_enabled():
             grad_net = recomputed_in_backward(net)
+        if noise is not None:
+            z_L = noise.add(z_L, position_major)
         for _ in range(L_cycles):
             z_L = grad_net(z_L, z_H + x, cos_sin, mask)
         z_H = grad_net(z_H, z_L, cos_sin, mask)

@@ -15,6 +15,7 @@ import torch
 from attrs import frozen
 
 from trm.data.reader import ReaderChoice, choose_reader
+from trm.data.selection import find_selection_rule
 from trm.data.shape import DatasetShape
 from trm.data.symmetry import check_attempts
 from trm.errors import TrmError
@@ -220,9 +221,17 @@ def plan_run(
                 "train.eval_attempts: a mix's evaluation scores one attempt per puzzle; "
                 "leave it at 1 with [[data.mix]]"
             )
+        if spec.train.eval_explore > 1:
+            raise TrmError(
+                "train.eval_explore: a mix's evaluation scores one trajectory per puzzle; "
+                "leave it at 1 with [[data.mix]]"
+            )
     else:
         source = find_data_source(pm, spec.data.source)  # unknown: an error even with data.dir
         check_attempts(source, spec.train.eval_attempts, "train.eval_attempts")
+        # a rule no plugin offers, or one the task cannot use, is refused before the run
+        if spec.train.eval_explore > 1 or spec.train.eval_select:
+            find_selection_rule(pm, spec.train.eval_select or None, source, "train.eval_select")
     hardware = hardware if hardware is not None else detect_hardware(pm)
     runtime = choose_runtime(pm, spec, hardware)
     dataset = dataset_shape(pm, spec, run_dir, log, build=build_data)

@@ -70,6 +70,8 @@ def _ranges(spec: RunSpec) -> list[tuple[str, float, float, float, bool]]:
         ("train.eval_interval", t.eval_interval, 0, big, True),
         ("train.eval_max_examples", t.eval_max_examples, 0, big, True),
         ("train.eval_attempts", t.eval_attempts, 1, 1024, True),
+        ("train.eval_explore", t.eval_explore, 1, 1024, True),
+        ("train.eval_noise", t.eval_noise, 0, 100, True),
         ("train.checkpoint_interval_steps", t.checkpoint_interval_steps, 0, big, True),
         ("train.checkpoint_keep", t.checkpoint_keep, 1, 1000, True),
         ("data.prefetch_steps", spec.data.prefetch_steps, 0, 1024, True),

@@ -96,6 +96,14 @@ class TrainSpec:
     # many attempts in all (1: the puzzle as given only); evaluations then also report
     # exact_accuracy@K (trm.evaluation.attempts)
     eval_attempts: int = 1
+    # test-time exploration in the evaluations (trm.evaluation.explore; docs/test-time.md):
+    # each puzzle run as this many trajectories (1: the plain run), noise of standard
+    # deviation eval_noise in all but the first, the answer chosen by the selection rule
+    # eval_select ("": the task's default); evaluations then also report the oracle and
+    # explore@N/RULE figures
+    eval_explore: int = 1
+    eval_noise: float = 0.1
+    eval_select: str = ""
     checkpoint_interval_steps: int = 0
     checkpoint_keep: int = 3
     # winner-take-all latents (Speed is Confidence): K reasoning states z_L per puzzle carried

@@ -373,6 +373,9 @@ class ArcSource(ArcScoring):
     by pass@K with voting (:class:`ArcScoring`)."""
 
     name = "arc"
+    # check_answer looks an answer up among known solutions: it cannot choose among
+    # explored answers (--select rules is refused; trm.data.selection)
+    rules_judge_answers = False
     options_type = ArcBuildOptions
 
     def validate_options(self, options: ArcBuildOptions) -> None:

@@ -1,0 +1,255 @@
+"""Test-time exploration's accuracy against the trajectories it costs (docs/test-time.md).
+
+Usage:
+  python benchmarks/explore.py MODEL [--kind NAME] [--puzzles N] [--seed S]
+      [--max-explore N] [--noise S1,S2,…] [--timing-puzzles N] [--batch-size N]
+      [--out FILE] [--png FILE] [--json]
+
+MODEL is a shipped model's name or a run directory. The puzzles are fresh: the shipped
+model's manifest kind ``--kind`` (default its last kind; for a run, the run's own
+``[data.generate]`` options) built again with ``--puzzles`` held-out puzzles from ``--seed``,
+which must differ from the seed the model was trained on and from every manifest kind's seed
+(the puzzles it was chosen on or already scored on).
+
+For each noise scale one evaluation with ``--max-explore`` trajectories gives the exact
+accuracy of every selection rule and of the oracle (a trajectory is right) at every N = 1, 2,
+4, … up to ``--max-explore``: the first N trajectories of a run of more are what a run of N
+explores (each trajectory's noise is drawn apart, the first is noise-free). Seconds per
+puzzle are timed apart for each N on the first ``--timing-puzzles`` puzzles (the noise does
+not change the cost). ``--out`` writes the results document (with
+benchmarks/provenance.py's block), ``--png`` the curve; prints a table, or the document with
+``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+from provenance import provenance
+from tables import print_rows
+
+import trm
+from trm.data.puzzle_dataset import open_split
+from trm.data.sampler import SplitIndex
+from trm.evaluation.evaluate import evaluate
+from trm.evaluation.explore import (
+    CURVE_PREFIX,
+    ORACLE,
+    Exploration,
+    curve_sizes,
+    plan_exploration,
+)
+from trm.plan.dataset import build_options
+from trm.spec import CONVERTER
+
+
+def puzzle_options(model: Any, kind: str | None, puzzles: int) -> tuple[str, dict[str, Any]]:
+    """The kind's name and its generate options with ``puzzles`` held-out puzzles."""
+    if model.manifest is not None:
+        kinds = model.manifest.kinds
+        chosen = kinds[-1] if kind is None else next((k for k in kinds if k.kind == kind), None)
+        if chosen is None:
+            names = ", ".join(repr(k.kind) for k in kinds)
+            raise SystemExit(f"--kind {kind!r}: the manifest's kinds are {names}")
+        name, options = chosen.kind, dict(chosen.options)
+    else:
+        name, options = "the run's own", dict(model.spec.data.generate)
+    options["test_count"] = puzzles
+    options["count"] = 1  # the train split is not read
+    return name, options
+
+
+def used_seeds(model: Any) -> set[int]:
+    """The seeds the model was trained on and its manifest's kinds were built from."""
+    seeds = {int(model.spec.train.seed)}
+    if model.manifest is not None:
+        seeds.add(int(model.manifest.seed))
+        seeds.update(int(k.seed) for k in model.manifest.kinds)
+    return seeds
+
+
+def run_evaluation(
+    model: Any, index: SplitIndex, exploration: Exploration, puzzles: int, batch_size: int
+) -> tuple[dict[str, float], float]:
+    """The figures of one evaluation of the first ``puzzles`` and its seconds per puzzle."""
+    started_s = time.perf_counter()
+    result = evaluate(
+        model.module,
+        index,
+        model.spec.arch.halt_max_steps,
+        batch_size,
+        model.runtime.placement(),
+        max_examples=puzzles,
+        exploration=exploration,
+    )
+    return result, (time.perf_counter() - started_s) / max(int(result["examples"]), 1)
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    model = trm.load(args.model)
+    if args.seed in used_seeds(model):
+        raise SystemExit(
+            f"--seed {args.seed}: the model was trained or scored on puzzles of seeds "
+            f"{sorted(used_seeds(model))}; choose another for fresh puzzles"
+        )
+    kind, options = puzzle_options(model, args.kind, args.puzzles)
+    source = model.source
+    built = build_options(source, options, "benchmarks/explore.py")
+    rows: list[dict[str, Any]] = []
+    timing: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="trm-explore-") as tmp:
+        source.build(built, Path(tmp), args.seed, lambda _line: None)
+        index = SplitIndex(open_split(Path(tmp) / model.spec.data.eval_split))
+        for noise in args.noise:
+            exploration = plan_exploration(
+                model.pm, source, args.max_explore, noise, None, args.explore_seed
+            )
+            result, _ = run_evaluation(model, index, exploration, args.puzzles, args.batch_size)
+            for name, value in result.items():
+                if name.startswith(CURVE_PREFIX):
+                    size, rule = name[len(CURVE_PREFIX) :].split("/")
+                    rows.append(
+                        {"noise": noise, "trajectories": int(size), "rule": rule, "exact": value}
+                    )
+            print(f"noise {noise:g}: done", file=sys.stderr)
+        for size in curve_sizes(args.max_explore):
+            exploration = plan_exploration(
+                model.pm, source, size, args.noise[0], None, args.explore_seed
+            )
+            # timed as trm eval runs it: the default rule only, no per-N figures of every rule
+            exploration = attrs.evolve(exploration, curve_rules=())
+            result, seconds = run_evaluation(
+                model, index, exploration, args.timing_puzzles, args.batch_size
+            )
+            timing.append(
+                {
+                    "trajectories": size,
+                    "puzzles": int(result["examples"]),
+                    "seconds_per_puzzle": seconds,
+                }
+            )
+            print(f"{size} trajectories: {seconds:.3f} s a puzzle", file=sys.stderr)
+    return {
+        "model": args.model,
+        "step": model.step,
+        "kind": kind,
+        "options": CONVERTER.unstructure(built),
+        "seed": args.seed,
+        "puzzles": args.puzzles,
+        "explore_seed": args.explore_seed,
+        "noise": args.noise,
+        "max_explore": args.max_explore,
+        "batch_size": args.batch_size,
+        "device": model.runtime.device,
+        "rows": rows,
+        "timing": timing,
+        "provenance": provenance(),
+    }
+
+
+def draw(document: dict[str, Any], path: Path) -> None:
+    """Exact accuracy against trajectories (log 2 axis), one panel per noise scale: a line per
+    selection rule, the oracle dashed; the seconds per puzzle written under the panels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    scales = document["noise"]
+    figure, panels = plt.subplots(
+        1, len(scales), figsize=(4.2 * len(scales), 4.2), sharey=True, squeeze=False
+    )
+    rules = [*sorted({r["rule"] for r in document["rows"]} - {ORACLE}), ORACLE]
+    colours = dict(zip(rules, plt.get_cmap("tab10").colors, strict=False))
+    for axes, noise in zip(panels[0], scales, strict=True):
+        for rule in rules:
+            points = sorted(
+                (r["trajectories"], r["exact"])
+                for r in document["rows"]
+                if r["noise"] == noise and r["rule"] == rule
+            )
+            oracle = rule == ORACLE
+            axes.plot(
+                [p[0] for p in points],
+                [100 * p[1] for p in points],
+                "--" if oracle else "-",
+                marker="o",
+                color="black" if oracle else colours[rule],
+                label=rule,
+            )
+        axes.set_xscale("log", base=2)
+        axes.set_xlabel("trajectories per puzzle (N)")
+        axes.set_title(f"noise {noise:g}", fontsize=10)
+        axes.grid(True, alpha=0.3)
+    panels[0][0].set_ylabel("exact accuracy (%)")
+    panels[0][-1].legend(fontsize=8)
+    cost = ", ".join(
+        f"N={t['trajectories']}: {t['seconds_per_puzzle']:.3g} s" for t in document["timing"]
+    )
+    figure.suptitle(
+        f"{document['model']}: {document['puzzles']} fresh puzzles (options of "
+        f"{document['kind']!r}, seed {document['seed']})",
+        fontsize=10,
+    )
+    figure.text(0.01, 0.01, f"seconds per puzzle ({document['device']}): {cost}", fontsize=7)
+    figure.tight_layout(rect=(0, 0.04, 1, 1))
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", help="a shipped model's name or a run directory")
+    parser.add_argument("--kind", help="the manifest kind to build fresh (default: its last)")
+    parser.add_argument("--puzzles", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=43, help="the fresh puzzles' build seed")
+    parser.add_argument("--max-explore", type=int, default=64)
+    parser.add_argument(
+        "--noise",
+        type=lambda text: [float(v) for v in text.split(",")],
+        default=[0.1, 0.3, 1.0],
+        help="comma-separated noise scales (standard deviations)",
+    )
+    parser.add_argument("--explore-seed", type=int, default=0)
+    parser.add_argument("--timing-puzzles", type=int, default=100)
+    parser.add_argument("--batch-size", type=int, default=512, help="rows per forward")
+    parser.add_argument("--out", type=Path, help="write the results document here")
+    parser.add_argument("--png", type=Path, help="draw the curve here")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    document = measure(args)
+    if args.out is not None:
+        args.out.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    if args.png is not None:
+        draw(document, args.png)
+    if args.json:
+        print(json.dumps(document, indent=2))
+        return 0
+    sizes = curve_sizes(args.max_explore)
+    table = []
+    for noise in args.noise:
+        for rule in sorted({r["rule"] for r in document["rows"]}):
+            exact = {
+                r["trajectories"]: r["exact"]
+                for r in document["rows"]
+                if r["noise"] == noise and r["rule"] == rule
+            }
+            table.append([f"{noise:g}", rule, *(f"{exact[n]:.1%}" for n in sizes)])
+    print_rows(["noise", "rule", *(f"N={n}" for n in sizes)], table)
+    seconds = {t["trajectories"]: t["seconds_per_puzzle"] for t in document["timing"]}
+    print_rows(
+        ["", "", *(f"N={n}" for n in sizes)],
+        [["", "s / puzzle", *(f"{seconds[n]:.3g}" for n in sizes)]],
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
