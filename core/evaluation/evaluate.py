@@ -151,8 +151,14 @@ class _Answers:
     q_halt: torch.Tensor
     outputs: dict[str, torch.Tensor]
     halt_steps: torch.Tensor
-    chosen_halt_steps: np.ndarray
+    chosen_halt_steps: torch.Tensor | np.ndarray
     explored: Explored | None
+
+    def chosen_halt_steps_on_host(self) -> np.ndarray:
+        """The chosen trajectories' halting steps as NumPy (a device read for a plain run,
+        made only when something on the host needs them: evaluation reads the device once)."""
+        steps = self.chosen_halt_steps
+        return steps.cpu().numpy() if isinstance(steps, torch.Tensor) else steps
 
 
 def evaluate(
@@ -263,7 +269,7 @@ def _answer(
             q_halt=outputs["q_halt_logits"].float(),
             outputs=outputs,
             halt_steps=halt_steps,
-            chosen_halt_steps=halt_steps.cpu().numpy(),
+            chosen_halt_steps=halt_steps,
             explored=None,
         )
     explored = explorer.run(model, batch, halt_max_steps)
@@ -322,7 +328,7 @@ def _add_retried(
         rows["inputs"],
         rows["puzzle_identifiers"],
         answered.predictions.cpu().numpy(),
-        answered.chosen_halt_steps,
+        answered.chosen_halt_steps_on_host(),
     )
     right = exact_rows(retried.answers, rows["labels"])
     task_sums[_RETRIED] = task_sums.get(_RETRIED, 0.0) + float(right.sum())
