@@ -413,9 +413,7 @@ def curve_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
         for run in config["runs"]:
             for point in run["curve"]:
                 if point["step"] % interval == 0:
-                    by_k.setdefault(point["step"] // interval, []).append(
-                        point["exact_accuracy"]
-                    )
+                    by_k.setdefault(point["step"] // interval, []).append(point["exact_accuracy"])
         complete = [k for k, values in sorted(by_k.items()) if len(values) == len(config["runs"])]
         counts.append(len(complete))
         means = [100 * statistics.fmean(by_k[k]) for k in complete]
