@@ -92,9 +92,7 @@ def main() -> None:
     args = parser.parse_args()
     concept = str(Path(args.concept).resolve())
     rows = [
-        count_build(version, args.augment, folder)
-        for version in (1, 2)
-        for folder in (concept, "")
+        count_build(version, args.augment, folder) for version in (1, 2) for folder in (concept, "")
     ]
     document = {"provenance": provenance(), "augment": args.augment, "builds": rows}
     if args.out:

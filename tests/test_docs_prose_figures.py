@@ -179,11 +179,13 @@ def _doc(tmp_path: Path, text: str) -> Path:
 
 
 def _performance_copy(tmp_path: Path) -> tuple[Path, list[str]]:
-    """docs/performance.md and benchmarks/results/ copied under ``tmp_path``; its lines."""
+    """docs/performance.md, benchmarks/results/ and weights/ copied under ``tmp_path``; the
+    copy and its lines."""
     (tmp_path / "docs").mkdir()
     doc = tmp_path / "docs" / "performance.md"
     shutil.copy(PERFORMANCE, doc)
     shutil.copytree(REPO / "benchmarks" / "results", tmp_path / "benchmarks" / "results")
+    shutil.copytree(REPO / "weights", tmp_path / "weights", ignore=shutil.ignore_patterns("*.pt"))
     return doc, doc.read_text(encoding="utf-8").splitlines()
 
 
