@@ -7,7 +7,7 @@ without ConceptARC (which defaults to ../shared/data/arc next to the project, as
 benchmarks/arc_build.py). The draws are the ones ``trm data build arc`` makes
 (``plugins/tasks/arc/source.plan_build``, seed 0); nothing is written, so a build's time, peak
 memory and size on disk are not among the figures (benchmarks/arc_build.py measures those).
-Each build takes tens of seconds of one core.
+Each build takes a minute or more of one core (``count_s``: its wall time).
 """
 
 from __future__ import annotations
