@@ -67,12 +67,21 @@ def choose_runtime(pm: TrmPluginManager, spec: RunSpec, hardware: HardwareProfil
     return choice
 
 
+# Precisions a checkpoint may have been trained in that are fast only where native.
+HALF_PRECISIONS = ("bf16", "fp16")
+
+
 def runtime_here(
     pm: TrmPluginManager, spec: RunSpec, hardware: HardwareProfile, log: Log
 ) -> RuntimeChoice:
-    """``spec``'s runtime, or the best one here when its device or precision is not
-    available (a model trained on a GPU must still be scored on a machine without one);
-    ``log`` says when it falls back. TrmError when no backend can run it at all."""
+    """The runtime to score or solve with a model trained under ``spec``: its device, or the
+    best one here when that is not available (a model trained on a GPU must still be scored
+    on a machine without one; ``log`` says so), and a half precision (bf16, fp16) as
+    ``auto``: bf16 where this machine multiplies it natively, fp32 where it would only be
+    emulated (around 100x slower on a CPU without native bf16, for the same answers within
+    rounding). fp32 is kept. TrmError when no backend can run it at all."""
+    if spec.runtime.precision in HALF_PRECISIONS:
+        spec = attrs.evolve(spec, runtime=attrs.evolve(spec.runtime, precision="auto"))
     try:
         return choose_runtime(pm, spec, hardware)
     except TrmError:
