@@ -57,10 +57,9 @@ def solve_without_torch(argv: Sequence[str]) -> int | None:
     solver = find_solver(args.checkpoint, args.plugins)
     if solver is None:
         return None
-    options = [word for word in extra if word.startswith("-")] or extra
-    if options:
+    if extra:
         raise TrmError(
-            f"{' '.join(options)}: {args.checkpoint} runs without torch and answers with its "
+            f"{' '.join(extra)}: {args.checkpoint} runs without torch and answers with its "
             "plain trajectory (trm solve MODEL PUZZLE [--json]); leave the option out, or "
             "give the checkpoint or run directory it was exported from"
         )

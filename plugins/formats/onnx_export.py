@@ -192,9 +192,7 @@ def _probe(
     inputs = rng.integers(1, vocab_size, size=(PROBE_ROWS, seq_len), dtype=np.int64)
     identifiers = np.zeros(PROBE_ROWS, dtype=np.int64)
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    answers, q_halt, _ = session.run(
-        None, {"inputs": inputs, "puzzle_identifiers": identifiers}
-    )
+    answers, q_halt, _ = session.run(None, {"inputs": inputs, "puzzle_identifiers": identifiers})
     with torch.no_grad():
         want, want_q, _ = solver(torch.from_numpy(inputs), torch.from_numpy(identifiers))
     equal = int((answers == want.numpy()).all(axis=(0, 2)).sum())
@@ -221,7 +219,8 @@ def export_onnx(pm: TrmPluginManager, source_path: Path, out: Path) -> OnnxExpor
     solver = UnrolledSolver(model, steps).eval()
     encoding = source.cell_encoding(shape.seq_len)
     word = str(source_path)
-    manifest = shipped_manifest(word) if not source_path.exists() and looks_like_a_name(word) else None
+    shipped = not source_path.exists() and looks_like_a_name(word)
+    manifest = shipped_manifest(word) if shipped else None
     step = int(payload.get("step") or 0)
     checked: dict[str, Any] = {}
 
