@@ -109,6 +109,13 @@ class ModelFormat:
         it is damaged. Called only when :meth:`is_model` said True."""
         raise TrmError(f"{path} cannot be loaded as a whole model of the {self.name} format")
 
+    def locate(self, name: str) -> Path | None:
+        """The local folder of the model ``name`` stands for when ``name`` is no path that
+        exists (the ``hf`` format: a Hub repo id ``owner/name`` in the local Hugging Face
+        cache), else None. Never reaches the network. TrmError when ``name`` is of this
+        format's kind but cannot be found (a repo id not in the cache)."""
+        return None
+
     def solver(self, pm: TrmPluginManager, path: Path) -> Solver | None:
         """A :class:`Solver` for ``path`` when it is a model of this format that runs without
         torch, else None (cheap: asked of every path ``trm solve`` and ``trm.load`` get).
@@ -139,6 +146,16 @@ def model_formats(pm: TrmPluginManager) -> list[ModelFormat]:
                 )
             found[fmt.name] = fmt
     return list(found.values())
+
+
+def located_model(pm: TrmPluginManager, name: str) -> Path | None:
+    """The folder the first format that knows ``name`` locates (:meth:`ModelFormat.locate`),
+    or None."""
+    for fmt in model_formats(pm):
+        found = fmt.locate(name)
+        if found is not None:
+            return found
+    return None
 
 
 def whole_model_format(pm: TrmPluginManager, path: Path) -> ModelFormat | None:

@@ -33,7 +33,7 @@ from trm.evaluation.explore import (
     puzzles_in_batch,
 )
 from trm.evaluation.steps import confidence
-from trm.formats import whole_model_format
+from trm.formats import located_model, whole_model_format
 from trm.plan.dataset import find_data_source
 from trm.plan.pipeline import detect_hardware, runtime_here
 from trm.plugin_manager import TrmPluginManager, load_plugins
@@ -403,7 +403,7 @@ def load_model(
     rebuild the model and find its data source. ``plugin_objects`` are in-process plugins
     with the names they run under."""
     pm = load_plugins(plugins, extra_modules=tuple(plugin_objects))
-    path, manifest = _checkpoint_path(path)
+    path, manifest = _checkpoint_path(pm, path)
     payload = _load_payload(pm, path)
     # a shipped model runs wherever it is installed: where it was trained is no news
     said = log if manifest is None else _unsaid
@@ -429,19 +429,24 @@ def _unsaid(_message: str) -> None:
     """A log that keeps its lines to itself."""
 
 
-def _checkpoint_path(path: Path) -> tuple[Path, Manifest | None]:
+def _checkpoint_path(pm: TrmPluginManager, path: Path) -> tuple[Path, Manifest | None]:
     """The checkpoint ``path`` names and, for a shipped model's name, its manifest.
 
     A path that exists wins (manifest None). One bare word (no folder, no extension:
     ``trm.shipped.looks_like_a_name``) is a shipped model's name: its ``NAME.pt``, checked
     against the manifest's SHA-256; an unknown name is a TrmError listing the shipped ones.
-    Any other missing path is a TrmError saying what may be given."""
+    A name a format locates (``trm.formats.located_model``: a Hub repo id in the local
+    Hugging Face cache) is that folder. Any other missing path is a TrmError saying what may
+    be given."""
     if path.exists():
         return path, None
     word = str(path)
     if looks_like_a_name(word):
         manifest = shipped_manifest(word)  # checks the file against it
         return shipped_dir() / f"{word}{CHECKPOINT_SUFFIX}", manifest
+    located = located_model(pm, word)
+    if located is not None:
+        return located, None
     names = ", ".join(shipped_names()) or "none"
     raise TrmError(
         f"checkpoint {path} does not exist; give a checkpoint file, a run dir or a "
