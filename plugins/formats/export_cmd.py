@@ -24,8 +24,7 @@ def register(
     parser = commands.add_parser(
         "export",
         parents=[common],
-        help="write a run's weights in another format: the reference's layout, a Hugging Face "
-        "model folder, an ONNX solver",
+        help="write a model in another format (--format: see trm export --help)",
     )
     parser.add_argument(
         "run",
