@@ -20,25 +20,22 @@ async function readJson(url) {
 
 async function start() {
   const settings = await readJson("trm-demo.json");
-  let card = settings;
-  let solver;
-  if (settings.solver === "onnx") {
-    card = await readJson(settings.card);
-    const codec = makeCodec(card);
-    solver = await (await import("./solver-onnx.js")).onnxSolver(card, settings.model_file, codec);
-    setUp(card, settings, codec, solver, "in this browser (onnxruntime-web, WebAssembly)");
-  } else {
-    solver = (await import("./solver-server.js")).serverSolver(card);
-    setUp(card, settings, makeCodec(card), solver, "on the trm demo server");
-  }
-}
-
-function setUp(card, settings, codec, solver, where) {
+  const inBrowser = settings.solver === "onnx";
+  const card = inBrowser ? await readJson(settings.card) : settings;
+  const codec = makeCodec(card);
+  const where = inBrowser ? "in this browser (onnxruntime-web, WebAssembly)" : "on the trm demo server";
   $("model-line").textContent = `${settings.model.name} solves ${settings.puzzle}, ` +
     `thinking for up to ${card.steps} supervision steps, ${where}.`;
   const editor = makeEditor(codec);
-  $("explore-label").hidden = !solver.canExplore;
   $("clear").onclick = () => { editor.clear(); say(""); };
+  let solver;
+  if (inBrowser) {
+    status("loading", "loading the model into onnxruntime-web (this can take a while)");
+    solver = await (await import("./solver-onnx.js")).onnxSolver(card, settings.model_file, codec);
+  } else {
+    solver = (await import("./solver-server.js")).serverSolver(card);
+  }
+  $("explore-label").hidden = !solver.canExplore;
   $("solve").onclick = () => solve(codec, solver, editor);
   $("solve").disabled = false;
   status("ready", "ready");

@@ -4,7 +4,8 @@ import * as ort from "./ort/ort.wasm.bundle.min.mjs";
 
 export async function onnxSolver(card, modelFile, codec) {
   ort.env.wasm.numThreads = 1; // static hosting sends no cross-origin-isolation headers
-  ort.env.wasm.wasmPaths = new URL("./ort/", import.meta.url).href;
+  // the bundle holds its loader; only the WebAssembly binary is fetched, from ort/ beside it
+  ort.env.wasm.wasmPaths = { wasm: new URL("./ort/ort-wasm-simd-threaded.wasm", import.meta.url).href };
   const session = await ort.InferenceSession.create(modelFile, { executionProviders: ["wasm"] });
   const n = card.seq_len;
   return {
@@ -13,10 +14,12 @@ export async function onnxSolver(card, modelFile, codec) {
     async *solve(puzzle) {
       const question = codec.encodeText(puzzle.text);
       const started = performance.now();
-      const out = await session.run({
+      const feeds = {
         inputs: new ort.Tensor("int64", BigInt64Array.from(question, BigInt), [1, n]),
-        puzzle_identifiers: new ort.Tensor("int64", new BigInt64Array(1), [1]),
-      });
+        puzzle_identifiers: new ort.Tensor("int64", new BigInt64Array(1), [1]), // by hand: 0
+      };
+      // a model without puzzle embeddings may have no use for the identifiers
+      const out = await session.run(Object.fromEntries(session.inputNames.map((name) => [name, feeds[name]])));
       this.lastSolveMs = performance.now() - started;
       const answers = out.answers.data;
       const qHalt = out.q_halt.data;
