@@ -35,7 +35,7 @@ def chromium_path() -> str:
 
 
 class _QuietFiles(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

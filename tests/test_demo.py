@@ -3,6 +3,7 @@ tests/test_demo_browser.py drives the page in Chromium)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -16,8 +17,8 @@ import trm
 from tests.conftest import assert_one_line_error
 from tests.demo_page import serving
 from trm.errors import TrmError
-from trm.plugin_manager import load_plugins
 from trm.plan.dataset import find_data_source
+from trm.plugin_manager import load_plugins
 from trm.plugins.demo.server import DemoServer
 from trm.plugins.demo.session import PageSolver
 from trm.plugins.demo.vocab import task_vocab
@@ -55,7 +56,7 @@ def test_model_steps_end_with_the_answer_solve_gives(quickstart):
     assert steps[-1].cells == solution.answer_cells
     question = solution.question
     assert steps[0].changed == tuple(np.flatnonzero(steps[0].tokens != question))
-    for before, after in zip(steps, steps[1:], strict=False):
+    for before, after in itertools.pairwise(steps):
         assert after.changed == tuple(np.flatnonzero(after.tokens != before.tokens))
     for s in steps:
         assert s.halt_score == pytest.approx(1 / (1 + np.exp(-s.q_halt)))

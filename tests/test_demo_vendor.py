@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import lzma
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from trm.plugins.demo.vendor import read_lock, runtime_bytes, vendor_dir, vendored_files
 
