@@ -18,11 +18,12 @@ from trm.hookspecs import hookimpl
 from trm.version import __version__
 
 if TYPE_CHECKING:
-    from trm.api import Estimate, Model, Run, RunSummary, Solution, estimate, load
+    from trm.api import Estimate, Model, Run, RunSummary, Solution, estimate
+    from trm.formats import Solver
     from trm.spec import RunSpec
 
 # the public API's names (trm.api), imported when one of them is first used
-_API_NAMES = ("Estimate", "Model", "Run", "RunSummary", "Solution", "estimate", "load")
+_API_NAMES = ("Estimate", "Model", "Run", "RunSummary", "Solution", "estimate")
 
 __all__ = [
     "Estimate",
@@ -70,6 +71,27 @@ def train(
         resume=resume,
         mode=mode,
     )
+
+
+def load(name_or_path: str | Path, *, plugins: Any = ()) -> Model | Solver:
+    """The model ``name_or_path`` names, ready to ``.solve(puzzle)``: for a run directory, a
+    checkpoint file, a model folder or a shipped model's name, the torch
+    :class:`~trm.api.model.Model` (:func:`trm.api.model.load`, which imports torch); for a
+    model a format runs without torch (an ONNX solver folder of ``trm export --format
+    onnx``), that format's :class:`~trm.formats.Solver`, and torch is never imported.
+    ``plugins`` and what this raises: as :func:`trm.api.model.load`'s."""
+    from trm.formats import find_solver
+
+    solver = find_solver(name_or_path, plugins) if _is_path_like(name_or_path) else None
+    if solver is not None:
+        return solver
+    from trm.api.model import load as load_model
+
+    return load_model(name_or_path, plugins=plugins)
+
+
+def _is_path_like(value: Any) -> bool:
+    return isinstance(value, (str, Path)) and bool(str(value).strip())
 
 
 def sweep(

@@ -39,6 +39,9 @@ from trm import hookspecs
 from trm.errors import TrmError
 
 ENTRY_POINT_GROUP = "trm.plugins"
+# Plugins whose module imports no torch, which ``trm solve`` and ``trm.load`` ask first for a
+# solver that runs without torch (trm.formats.find_solver); each is also in the group above.
+SOLVER_GROUP = "trm.solvers"
 ACTIVATIONS = ("default", "auto", "opt-in")
 
 
@@ -61,8 +64,13 @@ class PluginInfo:
     off_reason: str = ""
 
 
-def _entry_points() -> list[metadata.EntryPoint]:
-    return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+def _entry_points(group: str = ENTRY_POINT_GROUP) -> list[metadata.EntryPoint]:
+    return sorted(metadata.entry_points(group=group), key=lambda ep: ep.name)
+
+
+def plugin_names(group: str = ENTRY_POINT_GROUP) -> list[str]:
+    """The names of the plugins installed under the entry-point group ``group``."""
+    return [ep.name for ep in _entry_points(group)]
 
 
 def _activation(plugin: Any) -> str:
@@ -218,6 +226,7 @@ def load_plugins(
     extra_modules: Iterable[tuple[str, Any]] = (),
     spec_tables: Iterable[str] = (),
     broken: list[str] | None = None,
+    group: str = ENTRY_POINT_GROUP,
 ) -> TrmPluginManager:
     """Build the plugin manager for one command.
 
@@ -229,14 +238,15 @@ def load_plugins(
     without it such a plugin is a TrmError.
     ``extra_modules`` registers
     in-process plugins (modules or objects: tests, fault injection, the bench's timer),
-    switched on; one with an installed plugin's name replaces that plugin. Raises TrmError
+    switched on; one with an installed plugin's name replaces that plugin. ``group`` is the
+    entry-point group read (:data:`SOLVER_GROUP`: the torch-free plugins only). Raises TrmError
     for an unknown or unavailable plugin name, listing the known names.
     """
     wanted, unwanted = parse_plugin_list(requested)
     extras = dict(extra_modules)
     candidates: list[tuple[str, Any, str, str]] = []
     skipped: list[tuple[str, str, str]] = []
-    for ep in _entry_points():
+    for ep in _entry_points(group):
         dist = ep.dist.name if ep.dist else "unknown"
         version = ep.dist.version if ep.dist else "unknown"
         if ep.name in extras:

@@ -34,10 +34,12 @@ from trm.evaluation.explore import (
     puzzles_in_batch,
 )
 from trm.evaluation.steps import confidence
-from trm.formats import whole_model_format
+from trm.formats import located_model, whole_model_format
 from trm.plan.dataset import find_data_source
 from trm.plan.pipeline import detect_hardware, runtime_here
 from trm.plugin_manager import TrmPluginManager, load_plugins
+from trm.puzzles import parse_puzzle
+from trm.puzzles import puzzle_argument as puzzle_argument  # what trm solve reads a puzzle with
 from trm.restore import check_eval_data, checkpoint_shape, checkpoint_spec, restore_model
 from trm.runtime import RuntimeChoice
 from trm.shipped import (
@@ -49,25 +51,11 @@ from trm.shipped import (
     shipped_manifest,
     shipped_names,
 )
+from trm.solution import Solution, Trajectory, solution_of
 from trm.spec import RunSpec
 
 # Rows ``solve_task`` runs through the model at once for a task of many rows.
 SOLVE_BATCH = 64
-# Characters a puzzle written as text may consist of; such an argument is never a folder.
-_PUZZLE_CHARS = set("0123456789.|-+ \t")
-
-
-@attrs.frozen
-class Trajectory:
-    """One trajectory of an explored puzzle: ``halt_step`` the first supervision step at which
-    its halting logit said halt (``max_steps`` when it never did), ``q_halt`` that logit after
-    the last step, ``chosen`` whether the selection rule picked it, ``valid`` whether its
-    answer obeys the task's rules."""
-
-    halt_step: int
-    q_halt: float
-    chosen: bool
-    valid: bool
 
 
 def trajectory_records(explored: Explored, check: Any = None) -> tuple[Trajectory, ...]:
@@ -85,99 +73,6 @@ def trajectory_records(explored: Explored, check: Any = None) -> tuple[Trajector
         )
         for i in range(count)
     )
-
-
-@attrs.frozen
-class Solution:
-    """The model's answer to one puzzle.
-
-    ``answer`` is the answer as text in the puzzle's own format (the data source's
-    ``format_grid``; ``puzzle`` the question the same way); ``valid`` whether the answer
-    obeys the task's rules (the data source's ``check_answer``, never the model's opinion);
-    ``steps`` the supervision steps the model used: the first at which its Q head asked to
-    halt, or all ``halt_max_steps`` when it never did (the answer is read after all of
-    them, as ``trm eval`` scores it); ``max_steps`` that bound; ``solvable`` the data
-    source's solver's verdict on the puzzle (None: it cannot say); ``verdicts`` the task's
-    own yes/no checks (maze: ``valid_path``); ``task`` the data source's name;
-    ``question``/``tokens`` the token rows; ``question_cells``/``answer_cells`` one
-    character a cell, as ``parse_puzzle`` reads them (the source's ``format_cells``; None
-    when it has none); ``attempts`` the attempts allowed (``solve(attempts=K)``) and
-    ``attempt`` the one whose answer is returned (1: the puzzle as given; None: no attempt's
-    answer obeyed the rules and the answer is their cell-wise majority); ``trajectories``
-    with exploration (``solve(explore=N)``, N > 1) each trajectory of the puzzle as given
-    (attempt 1): its halting step, its halting logit and whether it was chosen.
-    """
-
-    task: str
-    puzzle: str
-    answer: str
-    valid: bool
-    steps: int
-    max_steps: int
-    solvable: bool | None
-    verdicts: dict[str, bool]
-    question: np.ndarray = attrs.field(repr=False, eq=False)
-    tokens: np.ndarray = attrs.field(repr=False, eq=False)
-    question_cells: str | None = None
-    answer_cells: str | None = None
-    attempts: int = 1
-    attempt: int | None = 1
-    trajectories: tuple[Trajectory, ...] = ()
-
-    def document(self) -> dict[str, Any]:
-        """The JSON document ``trm solve --json`` prints: the token rows (``question``,
-        ``answer``), the cells a script reads (``question_cells``, ``answer_cells``: one
-        character a cell, e.g. Sudoku digits with ``.`` for a blank), the grids as text and
-        the verdicts; with more than one attempt allowed, ``attempts`` and ``attempt``; with
-        exploration, ``trajectories`` (one object each: ``halt_step``, ``q_halt``,
-        ``chosen``, ``valid``)."""
-        tried: dict[str, Any] = {}
-        if self.attempts > 1:
-            tried = {"attempts": self.attempts, "attempt": self.attempt}
-        if self.trajectories:
-            tried["trajectories"] = [attrs.asdict(t) for t in self.trajectories]
-        return {
-            "question": self.question.tolist(),
-            "answer": self.tokens.tolist(),
-            "valid": self.valid,
-            "solvable": self.solvable,
-            **self.verdicts,
-            "steps": self.steps,
-            "question_text": self.puzzle,
-            "answer_text": self.answer,
-            "question_cells": self.question_cells,
-            "answer_cells": self.answer_cells,
-            **tried,
-        }
-
-    def __str__(self) -> str:
-        """The text ``trm solve`` prints."""
-        lines = ["puzzle:", self.puzzle, "model's answer:", self.answer]
-        lines.append("valid solution: " + ("yes" if self.valid else "no"))
-        lines += [
-            f"{k.replace('_', ' ')}: {'yes' if v else 'no'}" for k, v in self.verdicts.items()
-        ]
-        if self.attempts > 1:
-            lines.append(
-                f"attempts: the answer of attempt {self.attempt} of {self.attempts}"
-                if self.attempt is not None
-                else f"attempts: none of {self.attempts} obeyed the rules; the answer is "
-                "their cell-wise majority"
-            )
-        if self.trajectories:
-            chosen = next(i for i, t in enumerate(self.trajectories) if t.chosen)
-            right = sum(t.valid for t in self.trajectories)
-            lines.append(
-                f"explored: {len(self.trajectories)} trajectories, {right} obeying the rules; "
-                f"the answer of trajectory {chosen + 1} (halted at step "
-                f"{self.trajectories[chosen].halt_step}, Q {self.trajectories[chosen].q_halt:.3f})"
-            )
-        if self.solvable is False:
-            lines.append(
-                f"the puzzle has no solution (checked by the {self.task} solver); "
-                "the model's answer cannot be valid"
-            )
-        return "\n".join(lines)
 
 
 @attrs.define
@@ -384,26 +279,12 @@ class Model:
     ) -> Solution:
         """The :class:`Solution` of ``answer`` with the task's verdicts on it."""
         source = self.source
-        verdicts: dict[str, bool] = {}
-        task_metrics = getattr(source, "task_metrics", None)
-        if callable(task_metrics):
-            rows = task_metrics(question[None, :], question[None, :], answer[None, :])
-            verdicts = {k.removesuffix("_rate"): bool(v[0] >= 1) for k, v in rows.items()}
-        check = getattr(source, "is_solvable", None)
-        cells = getattr(source, "format_cells", None)
-        return Solution(
-            task=source.name,
-            puzzle=source.format_grid(question),
-            answer=source.format_grid(answer),
-            valid=bool(source.check_answer(question, answer)),
-            steps=steps,
-            max_steps=self.spec.arch.halt_max_steps,
-            solvable=bool(check(question)) if callable(check) else None,
-            verdicts=verdicts,
-            question=question,
-            tokens=answer,
-            question_cells=cells(question) if callable(cells) else None,
-            answer_cells=cells(answer) if callable(cells) else None,
+        return solution_of(
+            source,
+            question,
+            answer,
+            steps,
+            self.spec.arch.halt_max_steps,
             attempts=attempts,
             attempt=attempt,
             trajectories=trajectory_records(
@@ -551,7 +432,7 @@ def load_model(
     rebuild the model and find its data source. ``plugin_objects`` are in-process plugins
     with the names they run under."""
     pm = load_plugins(plugins, extra_modules=tuple(plugin_objects))
-    path, manifest = _checkpoint_path(path)
+    path, manifest = _checkpoint_path(pm, path)
     payload = _load_payload(pm, path)
     # a shipped model runs wherever it is installed: where it was trained is no news
     said = log if manifest is None else _unsaid
@@ -577,19 +458,24 @@ def _unsaid(_message: str) -> None:
     """A log that keeps its lines to itself."""
 
 
-def _checkpoint_path(path: Path) -> tuple[Path, Manifest | None]:
+def _checkpoint_path(pm: TrmPluginManager, path: Path) -> tuple[Path, Manifest | None]:
     """The checkpoint ``path`` names and, for a shipped model's name, its manifest.
 
     A path that exists wins (manifest None). One bare word (no folder, no extension:
     ``trm.shipped.looks_like_a_name``) is a shipped model's name: its ``NAME.pt``, checked
     against the manifest's SHA-256; an unknown name is a TrmError listing the shipped ones.
-    Any other missing path is a TrmError saying what may be given."""
+    A name a format locates (``trm.formats.located_model``: a Hub repo id in the local
+    Hugging Face cache) is that folder. Any other missing path is a TrmError saying what may
+    be given."""
     if path.exists():
         return path, None
     word = str(path)
     if looks_like_a_name(word):
         manifest = shipped_manifest(word)  # checks the file against it
         return shipped_dir() / f"{word}{CHECKPOINT_SUFFIX}", manifest
+    located = located_model(pm, word)
+    if located is not None:
+        return located, None
     names = ", ".join(shipped_names()) or "none"
     raise TrmError(
         f"checkpoint {path} does not exist; give a checkpoint file, a run dir or a "
@@ -631,101 +517,3 @@ def _source(pm: TrmPluginManager, spec: RunSpec) -> Any:
             f"the checkpoint was trained on data source {spec.data.source!r}, which no "
             f"plugin provides here ({exc}); switch its plugin on with --plugins NAME"
         ) from None
-
-
-def puzzle_argument(argument: str) -> str | Path:
-    """A command line's puzzle argument as :meth:`Model.solve` takes it: the Path of the
-    file it names, or the text itself. TrmError for a folder (unless the argument is also
-    puzzle text: digits and dots are never taken for a folder)."""
-    candidate = argument.strip()
-    if not candidate or "\n" in candidate:
-        return argument
-    path = Path(candidate).expanduser()
-    try:
-        is_file, is_dir = path.is_file(), path.is_dir()
-    except (OSError, ValueError):  # too long or odd for a path: it is the puzzle itself
-        return argument
-    if is_dir and not set(candidate) <= _PUZZLE_CHARS:
-        raise TrmError(
-            f"puzzle {candidate} is a folder; give the puzzle as text or a file holding it"
-        )
-    return path if is_file else argument
-
-
-def _read_puzzle_file(path: Path) -> str:
-    """The text of a puzzle file; TrmError when it cannot be read or is not UTF-8."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise TrmError(
-            f"puzzle file {path} cannot be read ({exc.strerror or exc}); check its permissions "
-            "or give the puzzle as text"
-        ) from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise TrmError(
-            f"puzzle file {path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
-            f"{exc.start}); save the puzzle as plain text"
-        ) from None
-
-
-def _looks_like_a_file_name(argument: str) -> bool:
-    """True for one word with a folder separator or a file extension of letters
-    (``mazes/hard.txt``, ``puzzle.txt``): what a user who meant a file typed."""
-    word = argument.strip()
-    if not word or any(ch.isspace() for ch in word):
-        return False
-    suffix = Path(word).suffix[1:]
-    return "/" in word or os.sep in word or (suffix.isalpha() and suffix.isascii())
-
-
-def parse_puzzle(source: Any, puzzle: str | os.PathLike[str], seq_len: int) -> np.ndarray:
-    """``puzzle`` as ``seq_len`` tokens through the source's ``parse_puzzle``: text in the
-    task's format, or a path (:class:`pathlib.Path`) of a file holding it. A text is never
-    read as a file name. TrmError naming what is wrong (and the file, if one)."""
-    if isinstance(puzzle, os.PathLike):
-        path: Path | None = Path(puzzle).expanduser()
-        if path.is_dir():
-            raise TrmError(f"puzzle {path} is a folder; give a file holding the puzzle")
-        if not path.is_file():
-            raise TrmError(f"puzzle file {path} does not exist; check the file name")
-        text = _read_puzzle_file(path)
-    elif isinstance(puzzle, str):
-        path, text = None, puzzle
-    else:
-        raise TrmError(
-            "the puzzle must be text (or a pathlib.Path of a file holding it), "
-            f"not {type(puzzle).__name__}"
-        )
-    try:
-        tokens = source.parse_puzzle(text, seq_len)
-    except TrmError as exc:
-        if path is None:
-            if _looks_like_a_file_name(text):
-                word = text.strip()
-                if Path(word).expanduser().is_dir():
-                    raise TrmError(
-                        f"puzzle {word} is a folder, not a puzzle; give the puzzle as text or "
-                        "a pathlib.Path of a file holding it"
-                    ) from None
-                if Path(word).expanduser().is_file():
-                    raise TrmError(
-                        f"{exc}; {word} is a file: pass pathlib.Path({word!r}) to solve the "
-                        "puzzle it holds"
-                    ) from None
-                raise TrmError(
-                    f"puzzle file {word} does not exist (read as the puzzle itself "
-                    f"it is not one: {exc}); check the file name"
-                ) from None
-            raise
-        raise TrmError(f"{exc} (read from puzzle file {path})") from None
-    except (ValueError, TypeError, IndexError) as exc:  # a source that breaks its contract
-        where = f"puzzle file {path}" if path else "the puzzle"
-        raise TrmError(f"{where} cannot be parsed by the {source.name} source: {exc}") from None
-    question = np.asarray(tokens, dtype=np.int64).ravel()
-    if question.shape != (seq_len,):
-        raise TrmError(
-            f"the puzzle has {question.size} cells; the checkpoint's model takes {seq_len}"
-        )
-    return question

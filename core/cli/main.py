@@ -22,7 +22,6 @@ from trm.cli.common import (
     RankZeroStopped,
 )
 from trm.cli.output import error, rank, set_rank
-from trm.device.distributed import env_world
 from trm.errors import TrainingFailed, TrmError
 from trm.version import __version__
 
@@ -88,6 +87,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
+        # `trm solve` of a model that runs without torch: answered before any plugin loads
+        from trm.cli.solver_cmd import solve_without_torch
+
+        solved = solve_without_torch(argv)
+        if solved is not None:
+            return solved
+        from trm.device.distributed import env_world
+
         set_rank(env_world().rank)
         parser = build_parser(plugins_option(argv))
         try:

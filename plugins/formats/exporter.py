@@ -33,6 +33,7 @@ from trm.plugins.formats.reference_weights import (
     to_reference_weights,
 )
 from trm.restore import checkpoint_shape, restore_model
+from trm.shipped import looks_like_a_name, shipped_checkpoint, shipped_names
 
 Log = Callable[[str], None]
 FORMATS = ("reference", "hf")
@@ -49,10 +50,17 @@ class ExportResult:
 
 
 def load_trm_checkpoint(pm: TrmPluginManager, path: Path) -> dict:
-    """The trm checkpoint ``path`` names (a file, a run directory's newest, or a model folder
-    ``trm export --format hf`` wrote); TrmError when there is none."""
+    """The trm checkpoint ``path`` names (a file, a run directory's newest, a model folder
+    ``trm export --format hf`` wrote, or a shipped model's name: its file, checked against
+    its manifest); TrmError when there is none."""
+    if not path.exists() and looks_like_a_name(str(path)):
+        path = shipped_checkpoint(str(path))
     if not path.exists():
-        raise TrmError(f"{path} does not exist; give a run directory or a checkpoint file")
+        names = ", ".join(shipped_names()) or "none"
+        raise TrmError(
+            f"{path} does not exist; give a run directory, a checkpoint file or a shipped "
+            f"model's name ({names})"
+        )
     if is_model_folder(path):
         return read_model_folder(path)
     payload = pm.hook.load_checkpoint(path=path, map_location="cpu")

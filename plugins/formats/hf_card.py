@@ -1,10 +1,12 @@
 """The model card (``README.md``) of a model folder that ``trm export --format hf`` writes.
 
 The Hub reads its YAML front matter (``library_name``, ``tags``, ``license`` and ``datasets``
-when known); the body says what the model solves, the command and spec that trained it, the
-machine, the steps, the held-out exact accuracy the run measured at the exported step, and
-how to load the folder with trm. What a run directory does not record (a checkpoint file
-outside one, a run without evaluations) is said to be unknown, never guessed.
+when known), which ``huggingface_hub``'s :class:`ModelCard` writes from a
+:class:`ModelCardData` (never YAML assembled here); the body says what the model solves,
+the command and spec that trained it, the machine, the steps, the held-out exact accuracy
+the run measured at the exported step, and how to load the folder with trm. What a run
+directory does not record (a checkpoint file outside one, a run without evaluations) is
+said to be unknown, never guessed.
 """
 
 from __future__ import annotations
@@ -121,19 +123,18 @@ def read_run_record(run: Path, step: int, split: str) -> RunRecord:
     )
 
 
-def _front_matter(spec: RunSpec, license_id: str | None, datasets: tuple[str, ...]) -> str:
-    """YAML front matter, written by the Hub's own card tools (``huggingface_hub``'s
-    :class:`ModelCardData`), so that any text — a dataset name with an emoji, a colon —
+def card_data(spec: RunSpec, license_id: str | None, datasets: tuple[str, ...]) -> Any:
+    """The card's metadata as the Hub's own :class:`huggingface_hub.ModelCardData`, which
+    writes the YAML front matter, so that any text — a dataset name with an emoji, a colon —
     reads back as given."""
     from huggingface_hub import ModelCardData
 
-    data = ModelCardData(
+    return ModelCardData(
         library_name="trm",
         tags=["trm", "tiny-recursive-model", "puzzle-solving", spec.data.source],
         license=license_id or None,
         datasets=list(datasets) or None,
     )
-    return f"---\n{data.to_yaml()}\n---"
 
 
 def held_out_line(record: RunRecord) -> str:
@@ -206,4 +207,10 @@ def model_card(
         f"`{WEIGHTS_FILE}` the weights. trm reads them with `json` and `safetensors` only.",
         "",
     ]
-    return _front_matter(spec, license_id, datasets) + "\n" + "\n".join(body)
+    from huggingface_hub import ModelCard
+
+    # an empty metadata block above the body, which the card's data then fills: the library
+    # writes the YAML
+    card = ModelCard("---\n\n---\n" + "\n".join(body))
+    card.data = card_data(spec, license_id, datasets)
+    return str(card)

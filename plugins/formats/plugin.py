@@ -101,24 +101,48 @@ class HfFormat(ModelFormat):
             default=[],
             help="--format hf: a Hub dataset the model card names (repeatable)",
         )
+        options.add_argument(
+            "--push-to-hub",
+            metavar="REPO",
+            help="--format hf: then upload the folder to the Hub model repo REPO (OWNER/NAME; "
+            "created when missing) with huggingface_hub's upload_folder, as `hf auth login` "
+            "allows",
+        )
 
     def foreign_options_message(self, given: list[str]) -> str:
-        return "--license and --dataset describe a model card: use them with --format hf"
+        return (
+            "--license and --dataset describe a model card and --push-to-hub shares it: use "
+            f"them with --format hf (given: {' '.join(given)})"
+        )
 
     def export(
         self, pm: TrmPluginManager, source: Path, out: Path, options: argparse.Namespace
     ) -> Exported:
         from trm.plugins.formats.hf_export import export_hf
+        from trm.plugins.formats.hf_hub import check_repo_id, push_folder
 
+        repo = check_repo_id(options.push_to_hub) if options.push_to_hub else None
         result = export_hf(pm, source, out, options.license, tuple(options.dataset))
         weights = "EMA weights" if result.ema else "weights"
-        lines = (
-            f"wrote {result.folder} ({weights} of step {result.step})",
-            f"share it with: huggingface-cli upload USER/NAME {result.folder}",
-        )
-        return Exported(
-            lines, {"folder": str(result.folder), "step": result.step, "ema": result.ema}
-        )
+        document = {"folder": str(result.folder), "step": result.step, "ema": result.ema}
+        lines = [f"wrote {result.folder} ({weights} of step {result.step})"]
+        if repo is None:
+            lines.append(
+                f"share it with: hf upload USER/NAME {result.folder} (or export with "
+                "--push-to-hub USER/NAME)"
+            )
+        else:
+            document["pushed"] = push_folder(result.folder, repo)
+            lines.append(f"uploaded to the Hub: {document['pushed']}")
+        return Exported(tuple(lines), document)
+
+    def locate(self, name: str) -> Path | None:
+        """A Hub repo id ``owner/name`` as its snapshot in the local Hugging Face cache."""
+        if name.count("/") != 1:
+            return None
+        from trm.plugins.formats.hf_hub import cached_folder
+
+        return cached_folder(name)
 
     def is_model(self, path: Path) -> bool:
         from trm.plugins.formats.hf_folder import is_model_folder

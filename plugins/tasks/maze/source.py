@@ -38,6 +38,7 @@ import io
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from attrs import field, frozen
@@ -477,6 +478,24 @@ class MazeSource:
         """One character a cell in reading order (:meth:`format_grid`'s, without line
         breaks), as :meth:`parse_puzzle` reads them."""
         return grid.tokens_to_chars(np.asarray(tokens).ravel())
+
+    def cell_encoding(self, seq_len: int) -> dict[str, Any]:
+        """How a maze of ``seq_len`` cells is laid out and tokenised, for a reader with no
+        Python (the ONNX solver's card): ``grid`` rows and cols; ``vocab`` each kind of
+        cell's token and character (the path only in answers)."""
+        size = grid.size_from_seq_len(seq_len)
+        names = {"wall": grid.WALL, "open": grid.OPEN, "start": grid.START, "goal": grid.GOAL}
+        return {
+            "grid": {"rows": size, "cols": size},
+            "vocab": {
+                "size": grid.VOCAB_SIZE,
+                "pad": grid.PAD,
+                **names,
+                "path": grid.PATH,
+                "chars": {grid.CHARS[token]: token for token in grid.CHARS},
+                "cells": "row by row, one token a cell; a question holds one start and one goal",
+            },
+        }
 
     def parse_puzzle(self, text: str, seq_len: int) -> np.ndarray:
         """int32 tokens of a maze given as ``seq_len`` characters or as lines of text."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from attrs import field, frozen
@@ -521,6 +522,24 @@ class SudokuSource:
         digit, ``.`` for a blank (``?`` marks a non-digit token)."""
         digits = grid.decode(tokens).ravel()
         return "".join("." if d == 0 else "?" if d < 0 else str(int(d)) for d in digits)
+
+    def cell_encoding(self, seq_len: int) -> dict[str, Any]:
+        """How a puzzle of ``seq_len`` cells is laid out and tokenised, for a reader with no
+        Python (the ONNX solver's card): ``grid`` rows, cols and box; ``vocab`` the pad and
+        blank tokens, each digit's token, and the characters read as a blank."""
+        size = grid.size_from_seq_len(seq_len)
+        box_rows, box_cols = grid.box_shape(size)
+        return {
+            "grid": {"rows": size, "cols": size, "box": {"rows": box_rows, "cols": box_cols}},
+            "vocab": {
+                "size": grid.vocab_size(size),
+                "pad": grid.PAD_TOKEN,
+                "blank": grid.BLANK_TOKEN,
+                "blank_chars": ".0",
+                "digits": {str(d): d + 1 for d in range(1, size + 1)},
+                "cells": "row by row, one token a cell: blank, or the digit plus 1",
+            },
+        }
 
     def parse_puzzle(self, text: str, seq_len: int) -> np.ndarray:
         """int32 tokens of a puzzle given as text or a file path; size from ``seq_len``."""
