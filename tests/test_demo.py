@@ -21,7 +21,7 @@ from trm.plan.dataset import find_data_source
 from trm.plugin_manager import load_plugins
 from trm.plugins.demo.server import DemoServer
 from trm.plugins.demo.session import PageSolver
-from trm.plugins.demo.vocab import task_vocab
+from trm.plugins.demo.vocab import page_encoding
 
 # A 4x4 Sudoku the quickstart model solves.
 PUZZLE_4 = "1..4..1..3..4..2"
@@ -114,11 +114,8 @@ def test_served_page_serves_its_files_and_the_card_only(served):
         assert b'src="demo.js"' in response.read()
     with urllib.request.urlopen(served + "trm-demo.json", timeout=30) as response:
         card = json.loads(response.read())
-    assert (
-        card["task"] == "sudoku"
-        and card["seq_len"] == 16
-        and card["grid"] == {"rows": 4, "cols": 4}
-    )
+    assert (card["task"], card["seq_len"]) == ("sudoku", 16)
+    assert card["grid"] == {"rows": 4, "cols": 4, "box": {"rows": 2, "cols": 2}}
     for missing in ("../pyproject.toml", "%2e%2e/server.py", "nothing.js", "server.py"):
         with pytest.raises(urllib.error.HTTPError) as error:
             urllib.request.urlopen(served + missing, timeout=30)
@@ -136,8 +133,8 @@ def test_served_page_serves_its_files_and_the_card_only(served):
 def test_the_page_vocab_is_the_sources_encoding(task, seq_len, text, cells):
     source = find_data_source(load_plugins(()), task)
     tokens = source.parse_puzzle(text, seq_len)
-    vocab = task_vocab(task, seq_len)
-    named = {".": "empty", "#": "wall", " ": "open", "S": "start", "G": "goal"}
+    vocab = page_encoding(source, seq_len)["vocab"]
+    named = {".": "blank", "#": "wall", " ": "open", "S": "start", "G": "goal"}
     for char, index in cells.items():
         expected = vocab["digits"][char] if char.isdigit() else vocab[named[char]]
         assert tokens[index] == expected, (char, index)
@@ -146,7 +143,7 @@ def test_the_page_vocab_is_the_sources_encoding(task, seq_len, text, cells):
 def test_the_page_vocab_is_the_arc_sources_encoding():
     source = find_data_source(load_plugins(()), "arc")
     tokens = source.parse_puzzle("[[3, 0], [9, 1]]", 16).reshape(4, 4)
-    vocab = task_vocab("arc", 16)
+    vocab = page_encoding(source, 16)["vocab"]
     colours = vocab["colours"]
     assert tokens[:2, :2].tolist() == [[colours["3"], colours["0"]], [colours["9"], colours["1"]]]
     assert (
@@ -177,7 +174,7 @@ def test_demo_static_refuses_an_existing_folder_and_writes_nothing(cli, tmp_path
 
 
 def test_demo_static_without_the_onnx_format_says_so_and_writes_nothing(cli, tmp_path):
-    result = cli("--plugins", "no:formats", "demo", "--static", tmp_path / "site", "quickstart")
+    result = cli("demo", "--plugins", "no:onnx", "--static", tmp_path / "site", "quickstart")
     assert_one_line_error(result, "--static needs the onnx model format")
     assert list(tmp_path.iterdir()) == []
 

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +16,7 @@ import attrs
 from trm.api.model import Model
 from trm.api.stepping import StepAnswer
 from trm.errors import TrmError
-from trm.plugins.demo.vocab import task_vocab
+from trm.plugins.demo.vocab import page_encoding
 
 # The most trajectories the page may ask to explore (each runs every step).
 MAX_PAGE_TRAJECTORIES = 64
@@ -29,7 +28,8 @@ def page_card(model: Model, name: str) -> dict[str, Any]:
     """The page's description of ``model``: task, grid, vocab, steps and what it solves."""
     task = model.source.name
     seq_len = model.seq_len
-    side = math.isqrt(seq_len)
+    encoding = page_encoding(model.source, seq_len)
+    grid = encoding["grid"]
     manifest = model.manifest
     return {
         "format": "trm-demo",
@@ -38,10 +38,12 @@ def page_card(model: Model, name: str) -> dict[str, Any]:
         "task": task,
         "seq_len": seq_len,
         "steps": model.spec.arch.halt_max_steps,
-        "grid": {"rows": side, "cols": side},
-        "vocab": task_vocab(task, seq_len),
+        "grid": grid,
+        "vocab": encoding["vocab"],
         "model": {"name": name, "source": str(model.checkpoint)},
-        "puzzle": manifest.puzzle if manifest is not None else f"{side}x{side} {task}",
+        "puzzle": manifest.puzzle
+        if manifest is not None
+        else f"{grid['rows']}x{grid['cols']} {task} puzzles",
         "explore": model.layout is None,
     }
 

@@ -61,8 +61,10 @@ def check_static_folder(out: Path) -> None:
 
 
 def write_static(model: Model, name: str, out: Path, pm: TrmPluginManager) -> StaticPage:
-    """Write the static page of ``model`` (shown as ``name``) into the new folder ``out``."""
+    """Write the static page of ``model`` into the new folder ``out``; ``name`` is what it
+    was loaded from (a shipped model's name or a path), which the ``onnx`` format exports."""
     check_static_folder(out)
+    card_expected = page_card(model, name)
     exporter = _onnx_format(pm)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -74,14 +76,14 @@ def write_static(model: Model, name: str, out: Path, pm: TrmPluginManager) -> St
         for entry in vendored_files():
             (staging / RUNTIME_DIR / entry.name).write_bytes(runtime_bytes(entry))
         exported = staging / ".onnx-export"
-        exporter.export(pm, model.checkpoint, exported, _default_options(exporter))
+        exporter.export(pm, Path(name), exported, _default_options(exporter))
         for produced in (ONNX_FILE, CARD_FILE):
             if not (exported / produced).is_file():
                 raise TrmError(f"the {ONNX_FORMAT} format wrote no {produced}; is it up to date?")
             shutil.move(exported / produced, staging / produced)
         shutil.rmtree(exported)
         card = json.loads((staging / CARD_FILE).read_text(encoding="utf-8"))
-        check_card(card, page_card(model, name))
+        check_card(card, card_expected)
         settings = {
             "format": "trm-demo",
             "version": 1,
@@ -89,7 +91,7 @@ def write_static(model: Model, name: str, out: Path, pm: TrmPluginManager) -> St
             "card": CARD_FILE,
             "model_file": ONNX_FILE,
             "model": {"name": name},
-            "puzzle": page_card(model, name)["puzzle"],
+            "puzzle": card_expected["puzzle"],
         }
         (staging / SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n", "utf-8")
         staging.rename(out)
@@ -106,7 +108,8 @@ def write_static(model: Model, name: str, out: Path, pm: TrmPluginManager) -> St
 
 def check_card(card: Any, expected: dict[str, Any]) -> None:
     """TrmError unless the solver card gives what the page reads as the model's page card
-    ``expected`` has it: the task, seq_len, steps, grid and every token of the vocab."""
+    ``expected`` has it (both from the source's ``cell_encoding``): the task, seq_len,
+    steps, grid and every entry of the vocab."""
     if not isinstance(card, dict) or card.get("format") != "trm-onnx":
         raise TrmError(f"{CARD_FILE} is not a trm-onnx solver card")
     for key in ("task", "seq_len", "steps", "grid"):

@@ -1,14 +1,11 @@
-"""How a task's cells map to the model's tokens, written for a page in JavaScript.
+"""How a task's cells map to the model's tokens, for the page in JavaScript.
 
-The page (page/demo.js) encodes a puzzle a person typed or drew and decodes the model's
-answers with this map alone; it is the ``vocab`` of the solver card (``trm-onnx.json``) and of
-the served page's ``trm-demo.json``. The encodings are the data sources' (the reference's):
-
-- ``sudoku``: ``{"pad": 0, "empty": 1, "digits": {"1": 2, ..., "N": N + 1}}``
-- ``maze``: ``{"pad": 0, "wall": 1, "open": 2, "start": 3, "goal": 4, "path": 5}``
-- ``arc``: ``{"pad": 0, "eos": 1, "colours": {"0": 2, ..., "9": 11}}``
-
-tests/test_demo.py checks each against its source's ``parse_puzzle``.
+The page (page/codec.js) encodes a puzzle a person typed or drew and decodes the model's
+answers with the card's ``grid`` and ``vocab`` alone. For Sudoku and mazes they are the data
+source's ``cell_encoding`` (the ONNX solver card's, ``trm-onnx.json``, holds the same); the
+``arc`` source describes none, so the served page's ARC encoding is written here: a canvas of
+side ``rows``, ``{"pad": 0, "eos": 1, "colours": {"0": 2, ..., "9": 11}}`` (the arc source's
+tokens; tests/test_demo.py checks them against its ``parse_puzzle``).
 """
 
 from __future__ import annotations
@@ -18,19 +15,24 @@ from typing import Any
 
 from trm.errors import TrmError
 
-# The tasks the page can show, with the grid side of a row of seq_len tokens.
+# The tasks the page can show.
 TASKS = ("sudoku", "maze", "arc")
 ARC_COLOURS = 10
 
 
-def task_vocab(task: str, seq_len: int) -> dict[str, Any]:
-    """The cell-token map of ``task`` for rows of ``seq_len`` tokens; TrmError for a task
-    the page cannot show."""
+def page_encoding(source: Any, seq_len: int) -> dict[str, Any]:
+    """``{"grid": ..., "vocab": ...}`` of ``source``'s puzzles of ``seq_len`` tokens; TrmError
+    for a task the page cannot show."""
+    if source.name not in TASKS:
+        raise TrmError(
+            f"the demo page shows {', '.join(TASKS)} puzzles; the model's task is {source.name!r}"
+        )
+    encoding = getattr(source, "cell_encoding", None)
+    if callable(encoding):
+        described = encoding(seq_len)
+        return {"grid": described["grid"], "vocab": described["vocab"]}
     side = math.isqrt(seq_len)
-    if task == "sudoku":
-        return {"pad": 0, "empty": 1, "digits": {str(d): d + 1 for d in range(1, side + 1)}}
-    if task == "maze":
-        return {"pad": 0, "wall": 1, "open": 2, "start": 3, "goal": 4, "path": 5}
-    if task == "arc":
-        return {"pad": 0, "eos": 1, "colours": {str(c): c + 2 for c in range(ARC_COLOURS)}}
-    raise TrmError(f"the demo page shows {', '.join(TASKS)} puzzles; the model's task is {task!r}")
+    return {
+        "grid": {"rows": side, "cols": side},
+        "vocab": {"pad": 0, "eos": 1, "colours": {str(c): c + 2 for c in range(ARC_COLOURS)}},
+    }

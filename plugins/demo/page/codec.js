@@ -1,8 +1,8 @@
-// Puzzles as the model's tokens and back, from the card's vocab alone, and the task's rules.
-// Card vocab (plugins/demo/vocab.py): sudoku {pad, empty, digits: {"1": t, ...}},
-// maze {pad, wall, open, start, goal, path}, arc {pad, eos, colours: {"0": t, ...}}.
+// Puzzles as the model's tokens and back, from the card's grid and vocab alone (the data
+// source's cell_encoding: sudoku {pad, blank, blank_chars, digits: {"1": t, ...}}, grid.box;
+// maze {pad, wall, open, start, goal, path}; arc, plugins/demo/vocab.py:
+// {pad, eos, colours: {"0": t, ...}}), and the task's rules.
 
-const SUDOKU_BOXES = { 4: [2, 2], 6: [2, 3], 9: [3, 3] };
 const MAZE_CHARS = { wall: "#", open: " ", start: "S", goal: "G", path: "o" };
 
 export class PuzzleError extends Error {}
@@ -10,12 +10,13 @@ export class PuzzleError extends Error {}
 export function makeCodec(card) {
   const task = card.task;
   const { rows, cols } = card.grid;
+  const box = card.grid.box ? [card.grid.box.rows, card.grid.box.cols] : null;
   const vocab = card.vocab;
   const charOf = new Map();
   const tokenOf = new Map();
   if (task === "sudoku") {
-    charOf.set(vocab.empty, ".");
-    tokenOf.set(".", vocab.empty).set("0", vocab.empty);
+    charOf.set(vocab.blank, ".");
+    for (const ch of vocab.blank_chars ?? ".") tokenOf.set(ch, vocab.blank);
     for (const [digit, token] of Object.entries(vocab.digits)) {
       charOf.set(token, digit);
       tokenOf.set(digit, token);
@@ -39,7 +40,7 @@ export function makeCodec(card) {
   const size = `${rows}x${cols}`;
 
   return {
-    task, rows, cols, cells, vocab,
+    task, rows, cols, cells, vocab, box,
     // one character a cell, as trm solve --json's answer_cells writes them
     chars(tokens) { return Array.from(tokens, (t) => charOf.get(Number(t)) ?? "?").join(""); },
 
@@ -54,7 +55,7 @@ export function makeCodec(card) {
           if (!tokenOf.has(ch)) throw new PuzzleError(`cell ${i + 1} holds '${ch}'; use digits 1-${rows} and '.' for blanks`);
           return tokenOf.get(ch);
         });
-        const clash = sudokuClash(found.map((ch) => (ch === "." || ch === "0" ? 0 : Number(ch))), rows);
+        const clash = sudokuClash(found.map((ch) => (tokenOf.get(ch) === vocab.blank ? 0 : Number(ch))), rows, box);
         if (clash) throw new PuzzleError(`the puzzle is not a valid Sudoku: ${clash}`);
         return tokens;
       }
@@ -76,15 +77,14 @@ export function makeCodec(card) {
 
     // the task's rules on an answer: true or false, null when the page cannot judge (ARC)
     obeysRules(question, answer) {
-      if (task === "sudoku") return sudokuSolves(question, answer, vocab, rows);
+      if (task === "sudoku") return sudokuSolves(question, answer, vocab, rows, box);
       if (task === "maze") return mazeShortestPath(question, answer, vocab, rows, cols);
       return null;
     },
   };
 }
 
-function sudokuUnits(size) {
-  const [br, bc] = SUDOKU_BOXES[size];
+function sudokuUnits(size, [br, bc]) {
   const units = [];
   for (let r = 0; r < size; r++) units.push(["row", r + 1, [...Array(size).keys()].map((c) => r * size + c)]);
   for (let c = 0; c < size; c++) units.push(["column", c + 1, [...Array(size).keys()].map((r) => r * size + c)]);
@@ -98,8 +98,8 @@ function sudokuUnits(size) {
   return units;
 }
 
-function sudokuClash(digits, size) {
-  for (const [name, number, cells] of sudokuUnits(size)) {
+function sudokuClash(digits, size, box) {
+  for (const [name, number, cells] of sudokuUnits(size, box)) {
     const seen = new Set();
     for (const i of cells) {
       if (digits[i] === 0) continue;
@@ -110,15 +110,15 @@ function sudokuClash(digits, size) {
   return null;
 }
 
-function sudokuSolves(question, answer, vocab, size) {
+function sudokuSolves(question, answer, vocab, size, box) {
   const digitOf = new Map(Object.entries(vocab.digits).map(([d, t]) => [t, Number(d)]));
   const digits = Array.from(answer, (t) => digitOf.get(Number(t)) ?? 0);
   if (digits.some((d) => d === 0)) return false;
   for (let i = 0; i < digits.length; i++) {
     const given = Number(question[i]);
-    if (given !== vocab.empty && digitOf.get(given) !== digits[i]) return false;
+    if (given !== vocab.blank && digitOf.get(given) !== digits[i]) return false;
   }
-  return sudokuClash(digits, size) === null;
+  return sudokuClash(digits, size, box) === null;
 }
 
 // True when the answer's path cells, with start and goal, form a simple start-goal path

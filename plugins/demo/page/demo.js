@@ -57,7 +57,7 @@ function gridElement(codec, extraClass) {
 }
 
 function sudokuBoxClasses(codec, i) {
-  const boxes = { 4: [2, 2], 6: [2, 3], 9: [3, 3] }[codec.rows] ?? [codec.rows, codec.cols];
+  const boxes = codec.box ?? [codec.rows, codec.cols];
   const r = Math.floor(i / codec.cols), c = i % codec.cols, out = [];
   if ((c + 1) % boxes[1] === 0 && c + 1 < codec.cols) out.push("box-right");
   if ((r + 1) % boxes[0] === 0 && r + 1 < codec.rows) out.push("box-bottom");

@@ -23,6 +23,8 @@ export async function onnxSolver(card, modelFile, codec) {
       this.lastSolveMs = performance.now() - started;
       const answers = out.answers.data;
       const qHalt = out.q_halt.data;
+      // the card's halt_rule: "q_halt > 0", or "q_halt > q_continue" (then the graph gives both)
+      const qContinue = card.halt_rule === "q_halt > q_continue" ? out.q_continue.data : null;
       const steps = out.answers.dims[0];
       let previous = question;
       let haltStep = null;
@@ -30,7 +32,7 @@ export async function onnxSolver(card, modelFile, codec) {
       for (let s = 0; s < steps; s++) {
         const tokens = Array.from(answers.subarray(s * n, (s + 1) * n), Number);
         const q = Number(qHalt[s]);
-        const asks = q > 0;
+        const asks = qContinue ? q > Number(qContinue[s]) : q > 0;
         if (asks && haltStep === null) haltStep = s + 1;
         last = {
           kind: "step", step: s + 1, max_steps: steps, tokens, q_halt: q,
