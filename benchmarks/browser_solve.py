@@ -63,7 +63,7 @@ def fresh_puzzles(name: str, count: int, seed: int) -> list[str]:
 
 
 class _Files(SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
