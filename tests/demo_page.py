@@ -58,9 +58,12 @@ def static_server(folder: Path) -> ThreadingHTTPServer:
     return ThreadingHTTPServer(("127.0.0.1", 0), handler)
 
 
-def open_page(browser: Any, url: str) -> Any:
-    """A new tab on the page (steps shown without delay), once its solver is ready."""
+def open_page(browser: Any, url: str, requests: list[str] | None = None) -> Any:
+    """A new tab on the page (steps shown without delay), once its solver is ready; every
+    URL the tab requests is appended to ``requests`` when given."""
     page = browser.new_page()
+    if requests is not None:
+        page.on("request", lambda request: requests.append(request.url))
     page.goto(url + "?delay=0")
     page.wait_for_selector('#status[data-state="ready"]', state="attached", timeout=LOAD_TIMEOUT_MS)
     return page

@@ -9,6 +9,7 @@ plugin offers the ``onnx`` model format. One browser a module.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import trm
@@ -21,6 +22,7 @@ from tests.demo_page import (
     static_server,
 )
 from trm.formats import model_formats
+from trm.plan.dataset import find_data_source
 from trm.plugin_manager import load_plugins
 from trm.plugins.demo.server import DemoServer
 from trm.plugins.demo.session import PageSolver
@@ -58,6 +60,7 @@ def fresh_puzzles(count: int) -> list[str]:
     return ["".join(str(int(d)) if d else "." for d in q.ravel()) for q in questions]
 
 
+@pytest.mark.slow
 def test_served_page_shows_each_step_and_the_answer_trm_solve_gives(browser, model):
     puzzle = fresh_puzzles(1)[0]
     with serving(DemoServer(PageSolver(model, MODEL), "127.0.0.1", 0)) as url:
@@ -93,15 +96,92 @@ def static_url(model, tmp_path_factory):
 @pytest.mark.slow
 def test_static_page_solves_fresh_puzzles_as_trm_solve_does(browser, model, static_url):
     """The must-show: 20 fresh puzzles, every answer the page shows equal to trm solve's."""
-    page = open_page(browser, static_url)
     requests: list[str] = []
-    page.on("request", lambda request: requests.append(request.url))
+    page = open_page(browser, static_url, requests)
     puzzles = fresh_puzzles(FRESH_COUNT)
     for puzzle in puzzles:
         shown = solve_on_page(page, puzzle)
         assert shown["state"] == "done", shown
         assert shown["steps"] == model.spec.arch.halt_max_steps
         assert shown["cells"] == model.solve(puzzle).answer_cells, puzzle
-    assert all(url.startswith(static_url) for url in requests)
+    assert any(url.endswith("ort-wasm-simd-threaded.wasm") for url in requests)
+    assert all(url.startswith(static_url) for url in requests), requests
     refused = solve_on_page(page, "1..4..1..3..4..2")
     assert refused["state"] == "error" and "9x9 Sudoku (81 cells)" in refused["message"]
+
+
+def _candidate_answers(
+    question: np.ndarray, label: np.ndarray, rng: np.random.Generator, path: int
+):
+    """The label and a few answers near it: one path cell dropped, one added, cells swapped."""
+    answers = [label]
+    on_path = np.flatnonzero(label == path)
+    if on_path.size:
+        dropped = label.copy()
+        dropped[rng.choice(on_path)] = 2  # an open cell
+        answers.append(dropped)
+    added = label.copy()
+    added[rng.integers(label.size)] = path
+    answers.append(added)
+    answers.append(rng.permutation(label))
+    return answers
+
+
+def test_the_pages_rules_judge_answers_as_the_task_sources_do(browser, model):
+    """The static page checks answers in JavaScript (codec.js); on Sudoku and mazes its verdict
+    is the data source's ``check_answer`` on every answer tried."""
+    from trm.plugins.tasks.maze import grid as maze_grid
+    from trm.plugins.tasks.sudoku.generator import generate_many
+
+    pm = load_plugins(())
+    cases = []
+    sudoku = find_data_source(pm, "sudoku")
+    questions, solutions = generate_many(6, 9, 30, seed=FRESH_SEED, workers=1)
+    rng = np.random.default_rng(FRESH_SEED)
+    for q, s in zip(questions, solutions, strict=True):
+        question, label = q.ravel().astype(np.int64) + 1, s.ravel().astype(np.int64) + 1
+        swapped = label.copy()
+        swapped[[0, 1]] = swapped[[1, 0]]
+        blanked = label.copy()
+        blanked[rng.integers(81)] = 1
+        for answer in (label, swapped, blanked, question):
+            cases.append(("sudoku", 81, question, answer, sudoku))
+    maze = find_data_source(pm, "maze")
+    for _ in range(12):
+        cells = np.where(rng.random(64) < 0.3, maze_grid.WALL, maze_grid.OPEN)
+        start, goal = rng.choice(64, size=2, replace=False)
+        cells[start], cells[goal] = maze_grid.START, maze_grid.GOAL
+        question = cells.astype(np.int64)
+        if maze_grid.shortest_distance(question) is None:
+            continue
+        label = maze_grid.label_of(question).astype(np.int64)
+        for answer in _candidate_answers(question, label, rng, maze_grid.PATH):
+            cases.append(("maze", 64, question, answer, maze))
+    assert sum(case[0] == "maze" for case in cases) >= 8
+    with serving(DemoServer(PageSolver(model, MODEL), "127.0.0.1", 0)) as url:
+        page = open_page(browser, url)
+        judged = page.evaluate(
+            """async (cases) => {
+                const { makeCodec } = await import("./codec.js");
+                return cases.map(([card, question, answer]) =>
+                    makeCodec(card).obeysRules(question, answer));
+            }""",
+            [
+                [
+                    {
+                        "task": task,
+                        "seq_len": n,
+                        "grid": source.cell_encoding(n)["grid"],
+                        "vocab": source.cell_encoding(n)["vocab"],
+                    },
+                    question.tolist(),
+                    answer.tolist(),
+                ]
+                for task, n, question, answer, source in cases
+            ],
+        )
+    expected = [bool(source.check_answer(q, a)) for _, _, q, a, source in cases]
+    assert judged == expected
+    for task in ("sudoku", "maze"):  # each task's rules both accept and refuse here
+        verdicts = {e for e, case in zip(expected, cases, strict=True) if case[0] == task}
+        assert verdicts == {True, False}, task
