@@ -1,6 +1,7 @@
 """What evaluating imported weights costs: memory and time of ``trm eval`` for a spec's model.
 
 Usage: python benchmarks/interop_eval.py [SPEC] [--rows N] [--batch B] [--json]
+       python benchmarks/interop_eval.py --derive FILE
 (default: arc-agi-1, the paper's ARC-AGI-1 recipe, the shape of the published checkpoints;
 ARC-AGI-1's test split of 385,815 rows; eval batch 256, trm eval's default).
 
@@ -12,6 +13,11 @@ network calls plus the heads. Time: this CPU is *measured* (random weights, one 
 step of a small batch, float32, times ``halt_max_steps``: the steps cost the same); the Apple
 GPU and NVIDIA H100 figures are *estimates*: the FLOPs at an assumed sustained throughput
 (printed with them), since no such machine was measured here.
+
+``--derive FILE`` adds to a saved document a ``derived`` block computed from its raw values
+only (nothing is measured): this CPU's seconds a row and hours for 100 rows, every eval time
+in minutes, hours, days and years, and the H100 assumption's peak and share, the figures
+docs/interop.md shows.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from provenance import provenance
@@ -34,7 +41,29 @@ from trm.spec import load_spec, resolve_spec_path
 ARC_AGI_1_TEST_ROWS = 385_815
 # Assumed sustained throughputs for the estimates (FLOP/s): an M2 Max-class GPU in float32
 # under MPS, and one H100 in bf16 at 40% of its 989 TFLOP/s dense peak.
-ASSUMED = {"apple-gpu-fp32": 5e12, "h100-bf16": 0.4 * 989e12}
+H100_BF16_PEAK_FLOP_PER_S = 989e12
+H100_ASSUMED_SHARE_OF_PEAK = 0.4
+ASSUMED = {
+    "apple-gpu-fp32": 5e12,
+    "h100-bf16": H100_ASSUMED_SHARE_OF_PEAK * H100_BF16_PEAK_FLOP_PER_S,
+}
+SECONDS_PER = {"min": 60.0, "h": 3600.0, "days": 86400.0, "years": 365.25 * 86400.0}
+
+
+def derived_figures(document: dict[str, Any]) -> dict[str, Any]:
+    """The figures a reader wants from a saved document's raw values, in readable units."""
+    s_per_row = 1.0 / document["cpu_rows_per_s"]
+    return {
+        "command": "python benchmarks/interop_eval.py --derive FILE",
+        "cpu_s_per_row": s_per_row,
+        "cpu_h_for_a_subset": {"rows": 100, "h": 100 * s_per_row / SECONDS_PER["h"]},
+        "eval_time": {
+            name: {unit: seconds / per for unit, per in SECONDS_PER.items()}
+            for name, seconds in document["eval_s"].items()
+        },
+        "h100_bf16_peak_flop_per_s": H100_BF16_PEAK_FLOP_PER_S,
+        "h100_assumed_share_of_peak": H100_ASSUMED_SHARE_OF_PEAK,
+    }
 
 
 def measure_cpu_rows_per_s(model: torch.nn.Module, seq_len: int, steps: int, rows: int) -> float:
@@ -62,7 +91,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--measure-rows", type=int, default=8, help="rows timed on the CPU")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--derive", type=Path, metavar="FILE", help="add a derived block")
     args = parser.parse_args()
+    if args.derive:
+        document = json.loads(args.derive.read_text(encoding="utf-8"))
+        document["derived"] = derived_figures(document)
+        args.derive.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        return
 
     spec = load_spec(resolve_spec_path(args.spec))
     pm = load_plugins([])

@@ -5,7 +5,7 @@ Usage:
       [--config "LABEL|PLUGINS|K=V;K=V"]... [--matrix]
       (--budget-s SECONDS | --steps N | --samples N) [--seeds 0,1]
       [--targets 0.5,0.8,0.9,0.95] [--evals 20] [--eval-examples N] [--pilot-steps 10]
-      [--out DIR] [--json] [--markdown] [--from-json FILE]
+      [--out DIR] [--json] [--markdown] [--from-json FILE [--curves]]
 
 Each configuration (plugins and ``--set`` values) trains once per seed, each run a fresh
 ``python -m trm run`` process into ``OUT/runs/LABEL-seedS``. All runs read one dataset, built
@@ -29,7 +29,9 @@ held-out cell accuracy (which moves long before exact accuracy does), training t
 for each target accuracy the training time at the first evaluation that reached it (mean
 over the seeds that did, and how many did). Times come from metrics.jsonl (each
 step's time is global batch / samples_per_s). ``--json`` prints one document; ``--from-json``
-prints the table of a saved one.
+prints the table of a saved one, and with ``--curves`` the held-out exact accuracy (percent)
+at each regular evaluation, mean over the seeds, one column per evaluation: with ``--evals N``
+the columns are tenths (N = 10) of each run, whatever its step count.
 """
 
 from __future__ import annotations
@@ -399,8 +401,30 @@ def final_cell_accuracy_mean(config: dict[str, Any]) -> float:
     return statistics.fmean(final_cell_accuracy(r) for r in config["runs"])
 
 
-def print_table(document: dict[str, Any], markdown: bool) -> None:
-    headers, rows = table_rows(document)
+def curve_rows(document: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Per configuration, the mean over seeds of the held-out exact accuracy (percent) at the
+    k-th regular evaluation (step k x eval_interval), for k = 1 .. N; the end-of-run
+    evaluation that follows when the steps are not a multiple of the interval is left out."""
+    counts = []
+    rows = []
+    for config in document["configs"]:
+        interval = config["eval_interval"]
+        by_k: dict[int, list[float]] = {}
+        for run in config["runs"]:
+            for point in run["curve"]:
+                if point["step"] % interval == 0:
+                    by_k.setdefault(point["step"] // interval, []).append(point["exact_accuracy"])
+        complete = [k for k, values in sorted(by_k.items()) if len(values) == len(config["runs"])]
+        counts.append(len(complete))
+        means = [100 * statistics.fmean(by_k[k]) for k in complete]
+        rows.append([config["label"], *(f"{mean:.1f}" for mean in means)])
+    evals = min(counts)
+    headers = ["config", *(f"{k}/{evals}" for k in range(1, evals + 1))]
+    return headers, [row[: 1 + evals] for row in rows]
+
+
+def print_table(document: dict[str, Any], markdown: bool, curves: bool = False) -> None:
+    headers, rows = curve_rows(document) if curves else table_rows(document)
     budget = document["budget"]
     print(f"{document['spec']}: {budget}, seeds {document['seeds']}, {document['machine']}")
     print_rows(headers, rows, markdown)
@@ -442,6 +466,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     parser.add_argument("--from-json", metavar="FILE", help="table of a saved --json document")
+    parser.add_argument(
+        "--curves", action="store_true", help="with --from-json: mean exact accuracy per eval"
+    )
     args = parser.parse_args(argv)
     if not args.from_json:
         if not args.spec:
@@ -456,7 +483,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.from_json:
-        print_table(json.loads(Path(args.from_json).read_text()), args.markdown)
+        print_table(json.loads(Path(args.from_json).read_text()), args.markdown, args.curves)
         return 0
     try:
         base = apply_overrides(load_spec(resolve_spec_path(args.spec)), args.set)

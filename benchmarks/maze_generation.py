@@ -16,6 +16,7 @@ import platform
 import time
 
 import numpy as np
+from provenance import provenance
 from tables import print_record
 
 from trm.data.generation import resolve_workers
@@ -76,6 +77,7 @@ def main() -> None:
             "cpu_count": os.cpu_count(),
             "python": platform.python_version(),
         },
+        "provenance": provenance(),
     }
     if args.json:
         print(json.dumps(report))
