@@ -85,7 +85,7 @@ def load(name_or_path: str | Path, *, plugins: Any = ()) -> Model | Solver:
     solver = find_solver(name_or_path, plugins) if _is_path_like(name_or_path) else None
     if solver is not None:
         return solver
-    from trm.api.model import load as load_model
+    from trm.api import load as load_model
 
     return load_model(name_or_path, plugins=plugins)
 
