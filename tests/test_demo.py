@@ -24,7 +24,7 @@ from trm.plugins.demo.session import PageSolver
 from trm.plugins.demo.vocab import page_encoding
 
 # A 4x4 Sudoku the quickstart model solves.
-PUZZLE_4 = "1..4..1..3..4..2"
+PUZZLE_4 = "1...|..3.|.2..|...4"
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +58,7 @@ def test_model_steps_end_with_the_answer_solve_gives(quickstart):
     assert steps[0].changed == tuple(np.flatnonzero(steps[0].tokens != question))
     for before, after in itertools.pairwise(steps):
         assert after.changed == tuple(np.flatnonzero(after.tokens != before.tokens))
+    assert solution.valid and steps[-1].valid
     for s in steps:
         assert s.halt_score == pytest.approx(1 / (1 + np.exp(-s.q_halt)))
         assert s.valid == quickstart.source.check_answer(question, s.tokens)
