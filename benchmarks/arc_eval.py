@@ -1,11 +1,13 @@
 """Time the ARC evaluator's own work per row: crop, un-augment, match, vote — without a model.
 
-Usage: python benchmarks/arc_eval.py [--tasks 20] [--versions 200] [--batch 256] [--json].
+Usage: python benchmarks/arc_eval.py [--tasks 20] [--versions 200] [--batch 256] [--json]
+[--out FILE].
 Synthetic tasks (3-5 demonstrations, 1-2 test inputs, grids up to 5x5) get ``--versions``
 random dihedral/colour versions each; their true outputs are fed as the model's answers, in
 batches, as an evaluation would. Reports rows, seconds, microseconds per row, the time of
 ``result()`` + ``submission()``, and what that predicts for ARC-AGI-1's 385,815 test rows
-(real grids are larger: the crop walks more rows, so treat it as a lower bound).
+(real grids are larger: the crop walks more rows, so treat it as a lower bound). The JSON
+document carries a ``provenance`` block (benchmarks/provenance.py); ``--out`` also writes it.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import numpy as np
+from provenance import provenance
 
 from trm.plugins.tasks.arc import grids
 from trm.plugins.tasks.arc.evaluator import ArcEvaluator, ArcTestSet
@@ -41,6 +45,7 @@ def main() -> None:
     parser.add_argument("--versions", type=int, default=200)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", help="also write the JSON document to this file")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     tasks = _tasks(args.tasks, rng)
@@ -73,7 +78,10 @@ def main() -> None:
         "result_and_submission_s": round(finish_s, 4),
         "arc_agi_1_test_split_s": round(per_row_us * ARC_AGI_1_TEST_ROWS / 1e6, 1),
         "pass@2": result["pass@2"],
+        "provenance": provenance(),
     }
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     if args.json:
         print(json.dumps(report))
         return

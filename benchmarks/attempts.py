@@ -29,7 +29,7 @@ from tables import print_rows
 
 import trm
 from trm.evaluation.attempts import at_attempts_key, plan_attempts
-from trm.evaluation.held_out import score_kind
+from trm.plugins.evaluation.held_out import score_kind
 from trm.shipped import MANIFEST_SUFFIX, RetriedAccuracy, shipped_dir
 
 REPO = Path(__file__).resolve().parent.parent

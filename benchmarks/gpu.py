@@ -17,7 +17,7 @@ on Linux). Every stage runs ``trm`` (or torchrun) as a subprocess, so it tests w
    (``torch.cuda.max_memory_allocated`` per step);
 4. ``trm bench --json`` of the paper's shapes — the Sudoku MLP (specs/sudoku-extreme-mlp),
    Maze and ARC attention (maze-hard-att, arc-agi-1): samples/s, MFU against the GPU's
-   datasheet dense bf16 peak (the headline, where trm.measure.datasheet knows the GPU) and
+   datasheet dense bf16 peak (the headline, where trm.plugins.measure.datasheet knows the GPU) and
    against its measured bf16 GEMM peak, and the plain eager fp32 loop of the same model
    (``speedup_vs_plain``);
 5. with ``--peers PATH`` (a TinyRecursiveModels checkout): ``benchmarks/peers.py`` for each

@@ -25,7 +25,7 @@ after trm's warm-up and after each window of ``steps`` trm steps, a plugin on ``
 runs a window of ``steps`` steps of each peer. So the windows alternate trm, official,
 lucidrains, trm, … in one process, and a burst of load on a shared machine falls on all of
 them alike. trm's window is the wall time between its ``on_step`` calls, the peers' windows
-left out. The GEMM peak (:mod:`trm.measure.peak`, at trm's precision) is measured before and
+left out. The GEMM peak (:mod:`trm.plugins.measure.peak`, at trm's precision) is measured before and
 after, the higher kept; every row's MFU is against it. FLOPs per sample: trm's analytic count
 (:mod:`trm.measure.flops`) for trm and the official model (the same network); lucidrains'
 network differs, so its own forward + backward FLOPs are counted
@@ -60,12 +60,12 @@ from trm.data.shape import read_shape
 from trm.errors import TrmError
 from trm.hookspecs import hookimpl
 from trm.loop import Trainer
-from trm.measure.bench import BENCH_OFF, bench_spec, small_data_spec
 from trm.measure.flops import model_flops
-from trm.measure.peak import measure_gemm_peak
+from trm.measure.loop_timing import BENCH_OFF, bench_spec, small_data_spec
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import choose_runtime, detect_hardware
 from trm.plugin_manager import load_plugins
+from trm.plugins.measure.peak import measure_gemm_peak
 from trm.spec import apply_overrides, load_spec, resolve_spec_path
 
 SHAPES = ("sudoku-extreme-mlp", "maze-hard-att", "quickstart")

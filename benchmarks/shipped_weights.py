@@ -19,7 +19,7 @@ For each model of ``RECIPES`` (or only ``--only NAME``):
 3. score those reduced weights on each puzzle kind of the recipe: the run's ``[data.generate]``
    with the kind's overrides, built with the kind's seed (the run's own seed when the kind
    gives none: then it is the run's own held-out test split), the first ``count`` examples of
-   its test split (``trm.evaluation.held_out.score_kind``, as ``trm eval NAME`` does);
+   its test split (``trm.plugins.evaluation.held_out.score_kind``, as ``trm eval NAME`` does);
 4. write ``OUT/NAME.json``, the manifest (``trm.shipped.Manifest``): command, seed, commit
    (``git rev-parse HEAD`` here, ``-dirty`` when tracked files differ from it; ``--commit``
    for a run made at another commit), machine (the run's hardware.json: the CPU as lscpu
@@ -58,8 +58,8 @@ from tables import print_rows
 import trm
 from trm.checkpoint_file import load_weights_only
 from trm.errors import TrmError
-from trm.evaluation.held_out import kind_options, score_kind
 from trm.plugin_manager import load_plugins
+from trm.plugins.evaluation.held_out import kind_options, score_kind
 from trm.plugins.operations.checkpoint import best_checkpoint, list_checkpoints
 from trm.restore import checkpoint_spec, reduce_checkpoint, restore_model
 from trm.shipped import (

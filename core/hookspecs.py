@@ -9,7 +9,8 @@ check_spec, register_data_sources (when the spec's data must be built or its sha
 detect_hardware, configure_runtime, estimate_memory, adapt_config (then configure_runtime
 again when the runtime changed), recursion_schedule (with a time budget), load_checkpoint,
 open_dataset, on_train_start; per step on_step (and on_out_of_memory, on_thermal_event,
-on_eval, save_checkpoint as they arise); on_train_end however the loop ends.
+on_eval, save_checkpoint as they arise); run_findings (rank 0) and on_train_end however the
+loop ends.
 
 Every ``trm`` command line first builds its parser, calling register_commands (and
 register_formats, for ``trm export``'s choices); readers of a model call register_formats,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from trm.data.shape import DatasetShape
     from trm.data.source import DataSource
     from trm.device.contract import DeviceBackend
+    from trm.findings import Finding
     from trm.formats import ModelFormat
     from trm.hardware import HardwareProfile
     from trm.memory import MemoryEstimate, MemoryItem
@@ -305,6 +307,21 @@ def selection_rules() -> list[SelectionRule] | None:
 # -------------------------------------------------------------------------------------------
 # Ending
 # -------------------------------------------------------------------------------------------
+
+
+@hookspec
+def run_findings(rows: list[dict[str, Any]]) -> list[Finding] | None:
+    """Return what this plugin finds wrong in a run from its metrics.jsonl ``rows`` (every
+    process's rows, in the file's order), as :class:`trm.findings.Finding` objects.
+
+    Called once as the loop ends, however it ends (under data parallelism by rank 0 alone,
+    which writes metrics.jsonl), before summary.json is written: each finding becomes a
+    ``warning:`` line in the run's output and an entry of summary.json's ``findings`` (the
+    plugins' findings in the order the plugins were registered). An implementation that
+    raises is one warning line and no findings, never the run's failure. The built-in
+    ``report`` plugin answers it with its leak and slowdown detectors (those ``trm report``
+    shows).
+    """
 
 
 @hookspec

@@ -4,9 +4,9 @@ sample's work at a depth.
 :class:`RecursionShare` is the value of the ``recursion_schedule`` hook: a share of the run's
 optimizer steps and the depth ``(H_cycles, L_cycles)`` they run at. The planner of a wall-time
 budget (``trm.plan.budget``) times a step at each depth and weighs the times by the shares.
-:func:`net_calls_per_sample` is what the slowdown check (``trm.report.detect``) weighs
-samples/s by. A top-level module, so the report can use it without importing the
-measurements (which import the loop).
+:func:`net_calls_per_sample` is what the slowdown check (the ``report`` plugin's
+``trm.plugins.report.detect``) weighs samples/s by. A top-level module, so the report can use
+it without importing the measurements (which import the loop).
 """
 
 from __future__ import annotations

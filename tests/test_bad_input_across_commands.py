@@ -196,7 +196,7 @@ def test_a_submission_into_an_unwritable_folder_is_refused_before_evaluating(
         return real_write(self, *args, **kwargs)
 
     monkeypatch.setattr(Path, "write_text", read_only)
-    from trm.cli import eval_cmd
+    from trm.plugins.evaluation import eval_cmd
 
     monkeypatch.setattr(eval_cmd, "evaluate", lambda *a, **k: pytest.fail("evaluated"))
     result = cli("eval", arc_run, "--submission", folder / "sub.json")
@@ -207,7 +207,7 @@ def test_a_submission_into_an_unwritable_folder_is_refused_before_evaluating(
 def test_a_submission_whose_write_fails_at_the_end_is_one_line(arc_run, cli, tmp_path, monkeypatch):
     """The folder turns read-only during the evaluation: the clean-up fails too."""
     _scored_arc_plugins(monkeypatch)
-    from trm.cli import eval_cmd
+    from trm.plugins.evaluation import eval_cmd
 
     def fail(*_args):
         raise OSError(30, "Read-only file system")

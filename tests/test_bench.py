@@ -12,11 +12,17 @@ from hypothesis import strategies as st
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-from trm.measure.bench import NO_EVAL_SPLIT, LoopTiming, OtherLoad, bench_spec, small_data_spec
 from trm.measure.flops import model_flops
-from trm.measure.peak import measure_gemm_peak
+from trm.measure.loop_timing import (
+    NO_EVAL_SPLIT,
+    LoopTiming,
+    OtherLoad,
+    bench_spec,
+    small_data_spec,
+)
 from trm.model import ACTLoss, TinyRecursiveModel
 from trm.plugin_manager import load_plugins
+from trm.plugins.measure.peak import measure_gemm_peak
 from trm.spec import ArchSpec, RunSpec, load_spec, resolve_spec_path
 
 SEQ_LEN, VOCAB = 7, 6

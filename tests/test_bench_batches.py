@@ -12,11 +12,11 @@ import torch
 
 from trm import hookimpl
 from trm.device.contract import DeviceBackend
-from trm.measure import bench
-from trm.measure.bench import CPU_DEFAULT_BATCH, choose_batches
 from trm.memory import DEFAULT_MODE
 from trm.plan.pipeline import choose_runtime, detect_hardware, plan_run
 from trm.plugin_manager import load_plugins
+from trm.plugins.measure import bench
+from trm.plugins.measure.bench import CPU_DEFAULT_BATCH, choose_batches
 from trm.runtime import RuntimeChoice
 from trm.spec import load_spec, resolve_spec_path
 

@@ -5,7 +5,7 @@ call per step in order, over the steps' batches."""
 from __future__ import annotations
 
 from trm.loop import step as loop_step
-from trm.measure import bench
+from trm.measure import loop_timing
 from trm.plan.dataset import ensure_dataset
 from trm.plugin_manager import load_plugins
 from trm.runtime import RuntimeChoice
@@ -19,7 +19,7 @@ STEPS = 2
 def test_the_plain_loop_times_the_real_step_on_the_plain_model(tmp_path, monkeypatch):
     spec = load_spec(resolve_spec_path("quickstart"))
     pm = load_plugins([])
-    data_dir = ensure_dataset(pm, bench.small_data_spec(spec, pm, BATCH), tmp_path, print)
+    data_dir = ensure_dataset(pm, loop_timing.small_data_spec(spec, pm, BATCH), tmp_path, print)
     runtime = RuntimeChoice(device="cpu", precision="fp32", threads=1, compile=False)
     seen = []
 
@@ -34,9 +34,9 @@ def test_the_plain_loop_times_the_real_step_on_the_plain_model(tmp_path, monkeyp
         )
         return loop_step.attempt_step(state, batch, setup)
 
-    monkeypatch.setattr(bench, "attempt_step", counted)
-    timing = bench.time_plain_loop(
-        bench.bench_spec(spec, BATCH, WARMUP + STEPS), runtime, data_dir, WARMUP, STEPS
+    monkeypatch.setattr(loop_timing, "attempt_step", counted)
+    timing = loop_timing.time_plain_loop(
+        loop_timing.bench_spec(spec, BATCH, WARMUP + STEPS), runtime, data_dir, WARMUP, STEPS
     )
     assert seen == [(step, False, None, BATCH) for step in range(WARMUP + STEPS)]
     assert len(timing.warmup_s) == WARMUP and len(timing.step_s) == STEPS

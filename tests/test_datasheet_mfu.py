@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from trm.hardware import AcceleratorInfo, HardwareProfile
-from trm.measure.bench import run_bench
-from trm.measure.datasheet import accelerator_name, datasheet_peak
 from trm.plan.pipeline import choose_runtime, detect_hardware
 from trm.plugin_manager import load_plugins
+from trm.plugins.measure.bench import run_bench
+from trm.plugins.measure.datasheet import accelerator_name, datasheet_peak
 from trm.spec import load_spec, resolve_spec_path
 
 

@@ -230,7 +230,7 @@ def test_the_official_model_trains_a_step_on_trms_quickstart_data(tmp_path, monk
     monkeypatch.setenv("DISABLE_COMPILE", "1")
     spec = load_spec(resolve_spec_path("quickstart"))
     pm = load_plugins([])
-    from trm.measure.bench import small_data_spec
+    from trm.measure.loop_timing import small_data_spec
 
     data_dir = ensure_dataset(pm, small_data_spec(spec, pm, 8), tmp_path, lambda line: None)
     shape = read_shape(data_dir, "train")

@@ -65,7 +65,7 @@ def _options(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def test_every_option_a_row_shows_is_one_the_command_takes():
-    from trm.cli.data_cmd import _options_parser
+    from trm.plugins.datasets.data_cmd import _options_parser
 
     commands = _subcommands(build_parser())
     sources = data_sources(load_plugins())

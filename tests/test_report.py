@@ -20,7 +20,7 @@ from trm.cli.main import main
 from trm.device.contract import host_placement
 from trm.evaluation.evaluate import add_halting_sums, halting_metrics, run_all_steps
 from trm.model import TinyRecursiveModel
-from trm.report.detect import (
+from trm.plugins.report.detect import (
     LEAK_MB_PER_1K_STEPS,
     detect,
     detect_leak,

@@ -28,8 +28,8 @@ from trm.data.sampler import SplitIndex
 from trm.device.contract import HOST, Placement
 from trm.errors import TrmError
 from trm.evaluation.evaluate import predict_with_halt
-from trm.evaluation.held_out import kind_options
 from trm.plugin_manager import load_plugins
+from trm.plugins.evaluation.held_out import kind_options
 from trm.restore import SHIPPED_KEYS, reduce_checkpoint, restore_model
 from trm.shipped import (
     SHIPPED_DIR_ENV,

@@ -1,9 +1,10 @@
 """``trm.load`` and ``Model.solve``: a trained model ready to answer puzzles.
 
-``trm solve`` and ``trm eval`` (core/cli/eval_cmd.py) load through :func:`load_model` and
-solve through :meth:`Model.solve` / :meth:`Model.solve_task`; ``trm.load`` is the same
-function for scripts and notebooks. The answer's validity is checked by the task's own rules
-(the data source's ``check_answer``), never by the model.
+``trm solve`` and ``trm eval`` (the ``evaluation`` plugin, plugins/evaluation/eval_cmd.py)
+load through :func:`load_model` and solve through :meth:`Model.solve` /
+:meth:`Model.solve_task`; ``trm.load`` is the same function for scripts and notebooks. The
+answer's validity is checked by the task's own rules (the data source's ``check_answer``),
+never by the model.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from trm.version import __version__
 def build_parser(plugins: Sequence[str] = ()) -> argparse.ArgumentParser:
     """``trm``'s parser: the core's commands, then those the plugins add
     (:mod:`trm.cli.plugin_commands`; ``plugins`` holds the ``--plugins`` values)."""
-    from trm.cli import data_cmd, estimate_cmd, eval_cmd, plugins_cmd, run_cmd
+    from trm.cli import estimate_cmd, plugins_cmd, run_cmd
     from trm.cli.plugin_commands import add_plugin_commands
 
     common = argparse.ArgumentParser(add_help=False)
@@ -54,8 +54,6 @@ def build_parser(plugins: Sequence[str] = ()) -> argparse.ArgumentParser:
     for module in (
         run_cmd,
         plugins_cmd,
-        data_cmd,
-        eval_cmd,
         estimate_cmd,
     ):
         module.register(commands, common)

@@ -46,7 +46,6 @@ from trm.loop.signals import StopRequests
 from trm.loop.step import StepSetup, step_record
 from trm.metrics_log import Journal, MetricsLog, per_task_figures, read_metrics
 from trm.plugin_manager import TrmPluginManager
-from trm.report.detect import detect
 from trm.runtime import RuntimeChoice
 from trm.spec import RunSpec
 from trm.state import TrainState, weights_sha256
@@ -341,17 +340,20 @@ class Trainer:
         return state.step >= state.total_steps or (interval > 0 and state.step % interval == 0)
 
     def check_health(self) -> list[dict[str, Any]]:
-        """Run the leak and slowdown detectors (:mod:`trm.report.detect`) on the run's
-        metrics.jsonl, earlier processes' rows included; each finding is also a line in the
-        run's output. A detector's own failure is a warning, never the run's. Under data
-        parallelism only rank 0 (which writes metrics.jsonl) checks."""
+        """Ask the plugins what they find wrong in the run's metrics.jsonl, earlier processes'
+        rows included (``run_findings``: the ``report`` plugin's leak and slowdown
+        detectors); each finding is also a line in the run's output. A check's own failure
+        is a warning, never the run's. Under data parallelism only rank 0 (which writes
+        metrics.jsonl) checks."""
         if not self.parallel.world.is_first:
             return []
         try:
-            findings = detect(read_metrics(self.run_dir / "metrics.jsonl"))
+            rows = read_metrics(self.run_dir / "metrics.jsonl")
+            answers = self.pm.hook.run_findings(rows=rows)
         except Exception as exc:  # the run's result matters more than its health check
             self.journal.log(f"warning: the leak and slowdown checks failed ({exc})")
             return []
+        findings = [finding for answer in reversed(answers) for finding in answer or ()]
         for finding in findings:
             self.journal.log(finding.line())
         return [finding.to_json() for finding in findings]
@@ -362,8 +364,8 @@ class Trainer:
         """Write summary.json (rank 0) and call ``on_train_end``; returns the summary.
 
         ``data_wait_share`` is the share of this process's training time the loop spent
-        waiting for its batches; ``findings`` what the leak and slowdown detectors found in
-        the whole run's metrics (:meth:`check_health`). ``world_size`` counts the processes
+        waiting for its batches; ``findings`` what the plugins found wrong in the whole run's
+        metrics (:meth:`check_health`). ``world_size`` counts the processes
         that trained; under data parallelism ``ranks_agree`` says whether every rank ended with
         the same weights (checked when the ranks ended together, else None)."""
         process_s = max(clock.total_s() - clock.before_s, 1e-9)

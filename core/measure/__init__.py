@@ -1,3 +1,4 @@
-"""Measuring the machine and a run's speed: model FLOPs, the matmul peak, the machine
-benchmark of ``trm analyze --benchmark`` and the speed figures of ``trm analyze``, and
-``trm bench`` (which runs the real loop, so it sits above :mod:`trm.train`)."""
+"""Measuring for the core's own planning: model FLOPs (:mod:`~trm.measure.flops`), the real
+loop timed step by step (:mod:`~trm.measure.loop_timing`, :mod:`~trm.measure.stage_speed`:
+the timer of a wall-time budget) and the per-machine cache of measured speeds
+(:mod:`~trm.measure.machine`). ``trm bench`` and ``trm analyze`` are the ``measure`` plugin."""

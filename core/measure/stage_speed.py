@@ -3,7 +3,7 @@ timer behind a wall-time budget (``trm.plan.budget``).
 
 For each depth, the run's adapted spec with ``arch.H_cycles`` / ``arch.L_cycles`` set to it
 is trained for :data:`WARMUP_STEPS` + :data:`TIMED_STEPS` optimizer steps by the real loop
-(:func:`trm.measure.bench.time_loop`: same runtime, micro-batch, global batch, optimizers and
+(:func:`trm.measure.loop_timing.time_loop`: same runtime, micro-batch, global batch, optimizers and
 plugins as the run, less the display, checkpoints, evaluation and the plugins that schedule
 the recursion, which would change the depth being timed) on a small data set of the spec's
 source (one global batch of puzzles) built in a temporary directory. The step time is the
@@ -27,7 +27,7 @@ import attrs
 import torch
 
 from trm.device.rng import capture_rng, restore_rng
-from trm.measure.bench import BENCH_OFF, NO_EVAL_SPLIT, OtherLoad, small_data_spec, time_loop
+from trm.measure.loop_timing import BENCH_OFF, NO_EVAL_SPLIT, OtherLoad, small_data_spec, time_loop
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import Plan
 from trm.plugin_manager import load_plugins

@@ -21,13 +21,13 @@ from trm.cli.output import info, print_json
 from trm.device.contract import HOST, DeviceBackend
 from trm.errors import TrmError
 from trm.hardware import UNKNOWN, HardwareProfile, describe, format_bytes
-from trm.measure.machine import run_benchmark
 from trm.paths import RUNS_ROOT, default_run_dir
 from trm.plan import plan_run
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import detect_hardware
 from trm.plan.tiers import CheckpointingOption, TierPlan, advice, checkpointing_options, plan_tiers
 from trm.plugin_manager import load_plugins
+from trm.plugins.measure.machine_speed import run_benchmark
 from trm.plugins.measure.run_speed import MeasuredSpeed, measure_plans
 from trm.plugins.measure.speed import (
     device_peak_gflops,

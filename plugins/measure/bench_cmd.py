@@ -10,10 +10,10 @@ from rich.table import Table
 from trm.cli.common import add_set_option, positive_int, positive_seconds
 from trm.cli.output import info, print_json
 from trm.errors import TrmError
-from trm.measure.bench import CPU_DEFAULT_BATCH, BenchResult, choose_batches, run_bench
-from trm.measure.datasheet import accelerator_name
 from trm.plan.pipeline import choose_runtime, detect_hardware
 from trm.plugin_manager import load_plugins
+from trm.plugins.measure.bench import CPU_DEFAULT_BATCH, BenchResult, choose_batches, run_bench
+from trm.plugins.measure.datasheet import accelerator_name
 from trm.spec import apply_overrides, load_spec, resolve_spec_path
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from attrs import frozen
 
-from trm.measure.bench import BENCH_OFF, OtherLoad, bench_spec, small_data_spec, time_loop
 from trm.measure.flops import matmul_bound
+from trm.measure.loop_timing import BENCH_OFF, OtherLoad, bench_spec, small_data_spec, time_loop
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import Plan, choose_runtime
 from trm.plugin_manager import TrmPluginManager, load_plugins

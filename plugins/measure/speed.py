@@ -7,7 +7,7 @@ import math
 from trm.data.shape import DatasetShape
 from trm.hardware import HardwareProfile
 from trm.measure.flops import model_flops
-from trm.measure.peak import measure_gemm_peak
+from trm.plugins.measure.peak import measure_gemm_peak
 from trm.spec import RunSpec
 
 # What a score (best measured matmul TFLOP/s x 100) means for TRM training.

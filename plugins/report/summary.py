@@ -7,8 +7,8 @@ import statistics
 from typing import Any
 
 from trm.metrics_log import per_task_figures
+from trm.plugins.report.detect import detect
 from trm.plugins.report.runs import Run
-from trm.report.detect import detect
 
 MB = 2**20
 

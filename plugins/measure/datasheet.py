@@ -3,7 +3,7 @@
 MFU as papers and other trainers report it divides achieved model FLOP/s by the vendor's
 dense (no structured sparsity) bf16 tensor-core peak, not by a measured GEMM rate; ``trm
 bench`` reports both, named. CPUs have no such figure: their MFU stays against the measured
-GEMM peak (:mod:`trm.measure.peak`).
+GEMM peak (:mod:`.peak`).
 """
 
 from __future__ import annotations

@@ -49,8 +49,8 @@ from trm.evaluation.explore import (
     check_exploration,
     plan_exploration,
 )
-from trm.evaluation.held_out import manifest_at_attempts, score_kind
 from trm.evaluation.per_task import evaluate_tasks, task_splits
+from trm.plugins.evaluation.held_out import manifest_at_attempts, score_kind
 from trm.restore import check_eval_data
 from trm.shipped import Manifest
 

@@ -1,6 +1,6 @@
 """Two things that go wrong slowly, found in a run's training rows: a host-memory leak and a
 slowdown. Pure functions of the metrics.jsonl rows, so ``trm report`` and the end of
-``trm run`` judge a run the same way.
+``trm run`` (the ``report`` plugin's ``run_findings``) judge a run the same way.
 
 **Leak.** After a few warm-up steps (allocator arenas, caches and the first evaluation's buffers
 settle there) a training step allocates the same tensors every time, so resident host memory
@@ -53,8 +53,8 @@ from itertools import pairwise
 from typing import Any
 
 import numpy as np
-from attrs import frozen
 
+from trm.findings import Finding
 from trm.recursion import net_calls_per_sample
 
 LEAK_MB_PER_1K_STEPS = 100.0
@@ -64,32 +64,6 @@ SLOWDOWN_FRACTION = 0.20
 MIN_ROWS = 20
 MAX_ONSET_CANDIDATES = 400  # breakpoints tried by the leak fit (spread over the run)
 MAX_POINTS = 2000  # longer runs are judged on bins of steps (each bin's median)
-
-
-@frozen
-class Finding:
-    """One problem found in a run: ``kind`` ("leak" or "slowdown"), the ``step`` where it
-    began, a one-line ``message``, a ``suggestion`` of what to check and the ``figures``
-    behind it (numbers with units in their names)."""
-
-    kind: str
-    step: int
-    message: str
-    suggestion: str
-    figures: dict[str, float]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "step": self.step,
-            "message": self.message,
-            "suggestion": self.suggestion,
-            **self.figures,
-        }
-
-    def line(self) -> str:
-        """The finding as one line for a terminal."""
-        return f"warning: {self.message}; {self.suggestion}"
 
 
 def training_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
