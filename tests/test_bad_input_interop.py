@@ -180,7 +180,7 @@ def test_export_into_a_folder_that_holds_files_leaves_it_as_it_was(tiny, tmp_pat
 
 
 def test_export_needs_a_known_format(tiny, tmp_path, cli):
-    result = cli("export", tiny.trained, "--format", "onnx", "--out", tmp_path / "x")
+    result = cli("export", tiny.trained, "--format", "tflite", "--out", tmp_path / "x")
     assert_one_line_error(result, "--format")
     assert not (tmp_path / "x").exists()
 

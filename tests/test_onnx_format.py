@@ -92,7 +92,8 @@ def test_the_quickstart_solver_answers_fresh_puzzles_as_the_torch_path(quickstar
 
 @pytest.mark.slow
 def test_the_sudoku9_laptop_solver_answers_fresh_puzzles_as_the_torch_path(tmp_path):
-    folder = export("sudoku9-laptop", tmp_path / "s9")
+    folder = tmp_path / "s9"
+    assert export("sudoku9-laptop", folder)["steps"] == 8
     assert loop_operators(folder / "model.onnx") == []
     assert_same_answers("sudoku9-laptop", folder, FRESH_SEED)
 
@@ -256,3 +257,14 @@ def test_run_rows_answers_a_batch_as_one_puzzle_at_a_time(quickstart):
     assert answers.shape == (4, 5, 16) and q_halt.shape == (4, 5)
     for i, puzzle in enumerate(puzzles):
         assert answers[-1, i].tolist() == solver.solve(puzzle).tokens.tolist()
+
+
+@pytest.mark.slow
+def test_a_checkpoint_file_exports_and_answers_as_its_model(tmp_path, cli):
+    checkpoint = shipped_dir() / "quickstart.pt"  # a checkpoint file, given by its path
+    document = export(str(checkpoint), tmp_path / "from-file")
+    card = json.loads((tmp_path / "from-file" / "trm-onnx.json").read_text(encoding="utf-8"))
+    assert card["model"]["source"] == str(checkpoint) and card["model"]["puzzle"] is None
+    assert document["probe_equal"] == document["probe_rows"]
+    theirs = cli("solve", checkpoint, QUICKSTART_PUZZLE)
+    assert cli("solve", tmp_path / "from-file", QUICKSTART_PUZZLE).out == theirs.out

@@ -44,14 +44,35 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _solve_words(argv: Sequence[str]) -> list[str] | None:
+    """``argv`` without its command word when the command is ``solve`` (``trm``'s own
+    options, ``--debug`` and ``--plugins``, may come first), else None; None for ``--help``."""
+    words = list(argv)
+    if any(word in _HELP for word in words):
+        return None
+    index = 0
+    while index < len(words) and words[index] != "solve":
+        word = words[index]
+        if word == "--plugins":
+            index += 2
+        elif word == "--debug" or word.startswith("--plugins="):
+            index += 1
+        else:
+            return None
+    if index >= len(words):
+        return None
+    return words[:index] + words[index + 1 :]
+
+
 def solve_without_torch(argv: Sequence[str]) -> int | None:
     """Run ``argv`` (``trm``'s arguments) when it is ``solve`` of a model a torch-free
     solver takes, and return the exit code; None when it is not (``trm`` goes on as usual).
     TrmError for a bad puzzle, a damaged model folder or an option such a solver has not."""
-    if not argv or argv[0] != "solve" or any(word in _HELP for word in argv):
+    words = _solve_words(argv)
+    if words is None:
         return None
     try:
-        args, extra = _parser().parse_known_args(list(argv[1:]))
+        args, extra = _parser().parse_known_args(words)
     except _NotMine:
         return None
     solver = find_solver(args.checkpoint, args.plugins)

@@ -1,9 +1,9 @@
 """``trm export RUN_DIR --format NAME --out DIR``: a trm run's newest checkpoint (or a
 checkpoint file) written in a model format a plugin offers (``register_formats``): the
-built-in ``reference`` (the reference implementation's ``step_N`` and ``all_config.yaml``)
-and ``hf`` (a model folder in the Hugging Face Hub's layout — ``model.safetensors``,
-``config.json``, a README.md model card). Each format adds its own options. See
-docs/interop.md."""
+built-in ``reference`` (the reference implementation's ``step_N`` and ``all_config.yaml``),
+``hf`` (a model folder in the Hugging Face Hub's layout — ``model.safetensors``,
+``config.json``, a README.md model card) and ``onnx`` (an ONNX solver, the ``onnx``
+plugin's). Each format adds its own options. See docs/interop.md."""
 
 from __future__ import annotations
 
@@ -24,9 +24,13 @@ def register(
     parser = commands.add_parser(
         "export",
         parents=[common],
-        help="write a run's weights in the reference's layout or as a Hugging Face model folder",
+        help="write a model in another format (--format: see trm export --help)",
     )
-    parser.add_argument("run", type=Path, help="a run directory or a checkpoint file")
+    parser.add_argument(
+        "run",
+        type=Path,
+        help="a run directory, a checkpoint file, a model folder or a shipped model's name",
+    )
     parser.add_argument(
         "--format",
         choices=[fmt.name for fmt in formats],
