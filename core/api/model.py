@@ -10,7 +10,7 @@ never by the model.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import torch
 from trm.api.arguments import plugin_arguments, python_errors
 from trm.api.log import Log, say
 from trm.api.mixed import checkpoint_layout, pick_task
+from trm.api.stepping import StepAnswer, step_answers
 from trm.data.evaluator import RunRows, TaskSolution
 from trm.data.mix_layout import MixLayout
 from trm.errors import TrmError
@@ -195,6 +196,34 @@ class Model:
             answer, steps = tried.answers[0], tried.halt_steps
             attempt = int(tried.attempt[0]) or None
         return self._solution(question, answer, int(steps[0]), plan.attempts, attempt, answered)
+
+    def steps(
+        self, puzzle: str | os.PathLike[str], *, task: str | None = None
+    ) -> Iterator[StepAnswer]:
+        """The answer to ``puzzle`` after each supervision step, one
+        :class:`~trm.api.stepping.StepAnswer` at a time as the model computes it (the plain
+        trajectory that :meth:`solve` runs; the last step's answer is ``solve``'s with its
+        defaults). ``puzzle`` and ``task`` as :meth:`solve`'s; the puzzle is read (and a
+        malformed one refused with TrmError) before the first step is yielded. For a task
+        solved whole (ARC: a task JSON), the steps are those of its first test input as
+        given, under the blank puzzle identifier."""
+        layout = self.layout
+        if layout is not None and (self.task is None or task not in (None, self.task)):
+            name = pick_task(layout, self._task_sources(), puzzle, task, parse_puzzle)
+            return self.for_task(name).steps(puzzle)
+        self._check_mix_options(task, 1, 1)
+        question = self._question(puzzle)
+        mixed = None
+        if layout is not None and self.task is not None:  # into the mix's tokens and back
+            name = self.task
+            mixed = (
+                layout.to_mixed(name, question),
+                layout.task(name).identifier_offset,
+                lambda tokens: layout.from_mixed(name, tokens),
+            )
+        halt_max_steps = self.spec.arch.halt_max_steps
+        placement = self.runtime.placement()
+        return step_answers(self.module, question, halt_max_steps, placement, self.source, mixed)
 
     def _check_mix_options(self, task: str | None, attempts: int, explore: int) -> None:
         """TrmError for ``task`` given to a model of one dataset, or more than one attempt or

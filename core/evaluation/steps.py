@@ -7,6 +7,8 @@ training rule) is recorded beside it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 
@@ -25,15 +27,30 @@ def run_all_steps(
     """Every supervision step on ``batch`` (model in eval mode): the last step's outputs and,
     per row, the step (1..halt_max_steps) at which the Q head first asked to halt by the
     training rule (``halt_max_steps`` when it never did)."""
-    carry = model.initial_carry(batch)
     outputs: dict[str, torch.Tensor] = {}
     halt_steps = torch.full((batch["inputs"].shape[0],), halt_max_steps, device=placement.device)
-    with placement.autocast():
-        for step in range(1, halt_max_steps + 1):
-            carry, outputs = model(carry, batch)
-            asks = asks_to_halt(model, outputs) & (halt_steps == halt_max_steps)
-            halt_steps = torch.where(asks, torch.full_like(halt_steps, step), halt_steps)
+    for step, outputs in each_step(model, batch, halt_max_steps, placement):
+        asks = asks_to_halt(model, outputs) & (halt_steps == halt_max_steps)
+        halt_steps = torch.where(asks, torch.full_like(halt_steps, step), halt_steps)
     return outputs, halt_steps
+
+
+def each_step(
+    model: torch.nn.Module,
+    batch: dict[str, torch.Tensor],
+    halt_max_steps: int,
+    placement: Placement,
+) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
+    """The supervision steps on ``batch`` one at a time (model in eval mode): ``(step,
+    outputs)`` for step 1..halt_max_steps, each step's outputs as the model returns them
+    (``logits``, ``q_halt_logits``, ...). The recursion is the one :func:`run_all_steps`
+    runs; each step runs under no_grad and the placement's autocast, which are left before
+    the step is handed out."""
+    carry = model.initial_carry(batch)
+    for step in range(1, halt_max_steps + 1):
+        with torch.no_grad(), placement.autocast():
+            carry, outputs = model(carry, batch)
+        yield step, outputs
 
 
 def asks_to_halt(model: torch.nn.Module, outputs: dict[str, torch.Tensor]) -> torch.Tensor:
