@@ -145,6 +145,12 @@ class HardwareProfile:
         return None
 
 
+# An environment variable: the process id of a trm process whose every descendant is trm's
+# own work (a sweep's parent sets it for its trial workers), so that a worker's contention
+# reading counts its sibling workers as its own load, not as other processes'.
+OWN_PROCESS_ROOT_ENV = "TRM_OWN_PROCESS_ROOT"
+
+
 def allowed_cpu_count() -> int:
     """The logical CPUs this process may run on: its affinity mask where the OS keeps one
     (Linux; a container's or ``taskset``'s limit shows there), else every logical CPU of the

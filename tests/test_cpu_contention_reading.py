@@ -111,3 +111,32 @@ def test_a_busy_child_is_not_counted_as_other_load():
     before = CpuTimes(2, 0.0, 0.0, 0.0, 0.0)
     after = CpuTimes(2, 2.0, 2.0, 2.0, 1.0)
     assert others_busy_cpus(before, after) == 0.0
+
+
+def test_a_sweep_worker_counts_its_sibling_workers_as_trm_s_own_load():
+    """A sweep's parent names itself in TRM_OWN_PROCESS_ROOT for its workers: a worker's
+    reading then counts a busy sibling worker's CPU time as trm's own; a value naming no
+    ancestor, or no value, leaves the worker's own tree alone."""
+    import os
+
+    from trm.hardware import OWN_PROCESS_ROOT_ENV
+    from trm.plugins.backends.cpu_contention import own_root
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.5)
+        worker = psutil.Process(idle.pid)
+        root = own_root(worker, {OWN_PROCESS_ROOT_ENV: str(os.getpid())})
+        assert root.pid == os.getpid()
+        sibling_s = sum(psutil.Process(busy.pid).cpu_times()[:2])
+        assert sibling_s > 0.1
+        assert own_cpu_s(root) >= sibling_s  # the busy sibling is trm's own
+        assert own_cpu_s(worker) < sibling_s  # without the root, only the idle worker
+        assert own_root(worker, {}) is worker
+        assert own_root(worker, {OWN_PROCESS_ROOT_ENV: str(busy.pid)}) is worker  # no ancestor
+        assert own_root(worker, {OWN_PROCESS_ROOT_ENV: "x"}) is worker
+    finally:
+        for process in (busy, idle):
+            process.kill()
+            process.wait()

@@ -3,8 +3,9 @@ follows it (a helper for the cpu backend; not a plugin itself).
 
 The reading: the busy and total time of each CPU this process may run on and the CPU time
 of trm's own processes — this one, every process it started that still runs (data workers,
-a sweep's trial workers) and those it has waited for — taken twice, by psutil on every
-platform; the CPUs' busy time minus trm's own, over the window, is what other processes
+a sweep's trial workers) and those it has waited for, and, in a sweep's worker, its sibling
+workers (the sweep names its own process in ``TRM_OWN_PROCESS_ROOT``) — taken twice, by
+psutil on every platform; the CPUs' busy time minus trm's own, over the window, is what other processes
 held, in CPUs.
 The load average is not used: it is a one-minute damped mean (a process started ten
 seconds ago shows as a sixth of one), it counts tasks waiting on disk that hold no CPU, and it
@@ -17,12 +18,15 @@ for it at every parallel region, so a thread fewer is faster than a thread that 
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import psutil
 from attrs import define, frozen
+
+from trm.hardware import OWN_PROCESS_ROOT_ENV
 
 # Seconds the first reading spans, before training: long enough to see a busy process.
 START_WINDOW_S = 0.25
@@ -60,6 +64,22 @@ def own_cpu_s(process: Any) -> float:
     return float(total)
 
 
+def own_root(process: Any, environ: Mapping[str, str] = os.environ) -> Any:
+    """The process whose tree is trm's own work: the one ``TRM_OWN_PROCESS_ROOT`` names when
+    it is an ancestor of ``process`` (a sweep's parent, for its trial workers), else
+    ``process``. A value that is no process id, or names no ancestor, is ignored."""
+    text = environ.get(OWN_PROCESS_ROOT_ENV, "")
+    if not text.isdigit():
+        return process
+    try:
+        for ancestor in process.parents():
+            if ancestor.pid == int(text):
+                return ancestor
+    except psutil.Error:
+        pass
+    return process
+
+
 def _busy_and_total_s(times: Any) -> tuple[float, float]:
     """One CPU's busy and total seconds from psutil's ``cpu_times(percpu=True)`` entry: the
     guest fields are left out of the total (Linux counts them in ``user`` already), and
@@ -82,7 +102,7 @@ def read_cpu_times(
             mine = set(process.cpu_affinity())
         except (AttributeError, psutil.Error):  # macOS has no affinity: every CPU
             mine = set(range(len(cpus)))
-        own_s = own_cpu_s(process)
+        own_s = own_cpu_s(own_root(process))
     except (psutil.Error, OSError):
         return None
     busy = total = 0.0

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 import shutil
 import signal
@@ -48,6 +49,7 @@ from trm.api.log import Log
 from trm.api.training import RunOptions, run_training
 from trm.errors import TrainingFailed, TrmError
 from trm.file_lock import HeldLock, hold_lock
+from trm.hardware import OWN_PROCESS_ROOT_ENV
 from trm.plugins.studies.plugins import PRUNED, TAKEN_OVER, TrialPruning, WorkerShare
 from trm.plugins.studies.results import StudyResult, read_study_result
 from trm.plugins.studies.study_file import StudyFile
@@ -432,7 +434,11 @@ def _run_workers(
         worker_stdout: int | None = sys.stderr.fileno()
     except (AttributeError, OSError, ValueError):  # a stderr that is no file (captured)
         worker_stdout = None
-    processes = [subprocess.Popen(command, stdout=worker_stdout) for _ in range(workers)]
+    # the workers count each other's CPU time as trm's own, not as other load (cpu backend)
+    environment = {**os.environ, OWN_PROCESS_ROOT_ENV: str(os.getpid())}
+    processes = [
+        subprocess.Popen(command, stdout=worker_stdout, env=environment) for _ in range(workers)
+    ]
     terminated = threading.Event()
 
     def pass_on(signum: int, frame: Any) -> None:
