@@ -5,8 +5,8 @@ The reading: the busy and total time of each CPU this process may run on and the
 of trm's own processes — this one, every process it started that still runs (data workers,
 a sweep's trial workers) and those it has waited for, and, in a sweep's worker, its sibling
 workers (the sweep names its own process in ``TRM_OWN_PROCESS_ROOT``) — taken twice, by
-psutil on every platform; the CPUs' busy time minus trm's own, over the window, is what other processes
-held, in CPUs.
+psutil on every platform; the CPUs' busy time minus trm's own, over the window, is what
+other processes held, in CPUs.
 The load average is not used: it is a one-minute damped mean (a process started ten
 seconds ago shows as a sixth of one), it counts tasks waiting on disk that hold no CPU, and it
 cannot tell trm's own threads from others'.
