@@ -117,6 +117,8 @@ def mazes(model) -> dict[bool, str]:
     found: dict[bool, str] = {}
     for maze in fresh_mazes(FRESH_COUNT):
         found.setdefault(model.solve(maze).valid, maze)
+        if len(found) == 2:
+            break
     assert set(found) == {True, False}, f"the tiny run's {FRESH_COUNT} answers are all {found}"
     return found
 
