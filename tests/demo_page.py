@@ -70,9 +70,28 @@ def open_page(browser: Any, url: str, requests: list[str] | None = None) -> Any:
 
 
 def solve_on_page(page: Any, puzzle: str) -> dict[str, Any]:
-    """Paste ``puzzle``, press solve, wait for the end: the answer's cells, the steps shown,
-    the status line and the graph's run time (ms; the static page only)."""
+    """Paste ``puzzle``, then :func:`press_solve`."""
     page.fill("#paste", puzzle)
+    return press_solve(page)
+
+
+def draw_maze(page: Any, maze: str) -> None:
+    """Draw ``maze`` (lines of ``#``, space, ``S``, ``G``) on the page's empty maze editor as a
+    person would: choose a tool, click each of its cells."""
+    rows = maze.split("\n")
+    cols = len(rows[0])
+    for char, tool in (("#", "wall"), ("S", "start"), ("G", "goal")):
+        page.get_by_label(tool, exact=True).check()
+        for r, line in enumerate(rows):
+            for c, cell in enumerate(line):
+                if cell == char:
+                    page.click(f'#editor .grid [data-index="{r * cols + c}"]')
+
+
+def press_solve(page: Any) -> dict[str, Any]:
+    """Press solve on the puzzle entered, wait for the end: the answer's cells, the steps
+    shown, the last step's verdict, the status line and the graph's run time (ms; the static
+    page only)."""
     page.click("#solve")
     page.wait_for_selector(
         '#status[data-state="done"], #status[data-state="error"]',
@@ -85,6 +104,7 @@ def solve_on_page(page: Any, puzzle: str) -> dict[str, Any]:
         "cells": page.get_attribute("#answer", "data-cells"),
         "steps": page.locator("#steps tbody tr").count(),
         "message": page.inner_text("#message"),
+        "verdict": page.get_attribute("#verdict", "class"),
         "status": page.inner_text("#status"),
         "solve_ms": float(solve_ms) if solve_ms else None,
     }

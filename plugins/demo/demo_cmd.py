@@ -11,9 +11,15 @@ free port. The URL is printed on stdout; no browser is opened.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trm.cli.output import info
+
+if TYPE_CHECKING:
+    from trm.api.model import Model
+    from trm.plugins.demo.server import DemoServer
 
 DEFAULT_MODEL = "sudoku9-laptop"
 DEFAULT_HOST = "127.0.0.1"
@@ -74,19 +80,44 @@ def _folder(text: str) -> Path:
     return Path(text).expanduser()
 
 
-def run(args: argparse.Namespace) -> int:
+def page_model(model: str, plugins: Sequence[str]) -> tuple[Model, str]:
+    """The model MODEL names (a shipped model's name, a run directory, a checkpoint file or
+    an exported model folder, as :func:`trm.load` reads them) and the name the page shows:
+    the shipped model's, else MODEL as given. TrmError, before anything is served or
+    written, for a model that does not load or whose task the page cannot show."""
     from trm.api.model import load_model
+    from trm.plugins.demo.session import page_card
+
+    loaded = load_model(Path(model), tuple(plugins), info)
+    name = loaded.manifest.name if loaded.manifest is not None else str(model)
+    page_card(loaded, name)  # a task the page cannot show is refused here
+    return loaded, name
+
+
+def page_server(model: Model, name: str, host: str, port: int) -> DemoServer:
+    """The served page of ``model`` listening on ``host``:``port`` (0: a free port), not yet
+    serving; TrmError when the address cannot be bound."""
     from trm.errors import TrmError
+    from trm.plugins.demo.server import DemoServer
+    from trm.plugins.demo.session import PageSolver
+
+    try:
+        return DemoServer(PageSolver(model, name), host, port)
+    except OSError as exc:
+        raise TrmError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}); give another "
+            "--port (0: a free one) or --host"
+        ) from None
+
+
+def run(args: argparse.Namespace) -> int:
     from trm.plugin_manager import load_plugins
-    from trm.plugins.demo.session import PageSolver, page_card
 
     if args.static is not None:
         from trm.plugins.demo.static import check_static_folder, write_static
 
         check_static_folder(args.static)
-    model = load_model(Path(args.model), tuple(args.plugins), info)
-    name = model.manifest.name if model.manifest is not None else str(args.model)
-    page_card(model, name)  # a task the page cannot show is refused before anything is written
+    model, name = page_model(args.model, args.plugins)
     if args.static is not None:
         page = write_static(model, name, args.static, load_plugins(args.plugins))
         info(
@@ -95,15 +126,7 @@ def run(args: argparse.Namespace) -> int:
             f"file server, e.g. python -m http.server -d {page.folder}"
         )
         return 0
-    from trm.plugins.demo.server import DemoServer
-
-    try:
-        server = DemoServer(PageSolver(model, name), args.host, args.port)
-    except OSError as exc:
-        raise TrmError(
-            f"cannot listen on {args.host}:{args.port} ({exc.strerror or exc}); give another "
-            "--port (0: a free one) or --host"
-        ) from None
+    server = page_server(model, name, args.host, args.port)
     print(f"trm demo: {name} at {server.url}", flush=True)
     info("press Ctrl+C to stop")
     try:

@@ -15,6 +15,7 @@ import attrs
 
 from trm.api.model import Model
 from trm.api.stepping import StepAnswer
+from trm.data.selection import rules_judge_answers
 from trm.errors import TrmError
 from trm.plugins.demo.vocab import page_encoding
 
@@ -44,7 +45,8 @@ def page_card(model: Model, name: str) -> dict[str, Any]:
         "puzzle": manifest.puzzle
         if manifest is not None
         else f"{grid['rows']}x{grid['cols']} {task} puzzles",
-        "explore": model.layout is None,
+        # a task solved whole (ARC) explores through trm solve's task vote, not on the page
+        "explore": model.layout is None and not callable(getattr(model.source, "solve_task", None)),
     }
 
 
@@ -55,12 +57,20 @@ class PageSolver:
     def __init__(self, model: Model, name: str) -> None:
         self.model = model
         self.card = page_card(model, name)
+        self._judged = rules_judge_answers(model.source)
         self._lock = threading.Lock()
+
+    def _verdict(self, valid: bool) -> bool | None:
+        """The rules' verdict the page shows: None (the page says the rules cannot judge it)
+        for an answer a source that cannot judge answers from the question alone (ARC, whose
+        check looks the answer up among known solutions) did not find."""
+        return valid if self._judged or valid else None
 
     def solve_events(self, request: Any) -> Iterator[dict[str, Any]]:
         """The events of one solve, as an iterator that computes each step when asked:
         ``{"kind": "step", ...}`` per supervision step (a
-        :class:`trm.api.stepping.StepAnswer`'s document), then ``{"kind": "done", ...}`` with
+        :class:`trm.api.stepping.StepAnswer`'s document, ``valid`` None where the task's rules
+        cannot judge the answer: :meth:`_verdict`), then ``{"kind": "done", ...}`` with
         the step at which the model asked to halt and, when ``request["explore"]`` > 1, the
         trajectories explored. TrmError, raised here before any event, for a request or
         puzzle the model cannot take."""
@@ -79,12 +89,16 @@ class PageSolver:
                 last = answer
                 if halting is None and answer.asks_to_halt:
                     halting = answer.step
-                yield {"kind": "step", **answer.document()}
+                yield {
+                    "kind": "step",
+                    **answer.document(),
+                    "valid": self._verdict(answer.valid),
+                }
         assert last is not None, "a model runs at least one supervision step"
         done: dict[str, Any] = {
             "kind": "done",
             "halt_step": halting or last.max_steps,
-            "valid": last.valid,
+            "valid": self._verdict(last.valid),
             "cells": last.cells,
             "tokens": last.tokens.tolist(),
         }

@@ -75,6 +75,11 @@ export function makeCodec(card) {
       return encodeArc(text, rows, vocab);
     },
 
+    // ARC: the grid a token row holds at its top-left as {rows, cols}, null when it holds
+    // none; the arc source's crop (grids.decode, the reference evaluator's), so the grid
+    // shown is the one trm solve answers
+    arcGridShape(tokens) { return arcCrop(tokens, rows, vocab); },
+
     // the task's rules on an answer: true or false, null when the page cannot judge (ARC)
     obeysRules(question, answer) {
       if (task === "sudoku") return sudokuSolves(question, answer, vocab, rows, box);
@@ -188,4 +193,21 @@ function encodeArc(text, side, vocab) {
   if (h < side) for (let c = 0; c < w; c++) tokens[h * side + c] = vocab.eos;
   if (w < side) for (let r = 0; r < h; r++) tokens[r * side + w] = vocab.eos;
   return tokens;
+}
+
+// Going down the rows, the usable width is the run of colour tokens from column 0, never wider
+// than the rows above; the grid is the largest-area rectangle rows x width (the first when
+// areas tie); null when the top-left token is not a colour.
+function arcCrop(tokens, side, vocab) {
+  const colours = new Set(Object.values(vocab.colours));
+  let best = { area: 0, rows: 0, cols: 0 };
+  let width = side;
+  for (let r = 0; r < side; r++) {
+    let run = 0;
+    while (run < width && colours.has(Number(tokens[r * side + run]))) run++;
+    width = run;
+    if ((r + 1) * width > best.area) best = { area: (r + 1) * width, rows: r + 1, cols: width };
+    if (width === 0) break;
+  }
+  return best.area ? { rows: best.rows, cols: best.cols } : null;
 }

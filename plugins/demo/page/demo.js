@@ -187,13 +187,17 @@ function renderGrid(codec, tokens, changed, question) {
   const chars = codec.chars(tokens);
   const changedSet = new Set(changed);
   let rows = codec.rows, cols = codec.cols;
-  if (codec.task === "arc") { // crop the canvas to the grid at its top-left
-    cols = [...chars.slice(0, codec.cols)].findIndex((ch) => !/[0-9]/.test(ch));
-    cols = cols < 0 ? codec.cols : Math.max(cols, 1);
-    rows = [...Array(codec.rows).keys()].findIndex((r) => !/[0-9]/.test(chars[r * codec.cols]));
-    rows = rows < 0 ? codec.rows : Math.max(rows, 1);
-  }
   const grid = gridElement(codec);
+  if (codec.task === "arc") { // crop the canvas to the grid at its top-left, as trm solve does
+    const shape = codec.arcGridShape(tokens);
+    if (!shape) {
+      grid.dataset.empty = "";
+      grid.textContent = "no grid: the top-left cell holds no colour";
+      return grid;
+    }
+    ({ rows, cols } = shape);
+  }
+  grid.dataset.cols = cols;
   grid.style.gridTemplateColumns = `repeat(${cols}, auto)`;
   const givenChars = question ? codec.chars(question) : null;
   for (let r = 0; r < rows; r++) {
@@ -210,7 +214,8 @@ function renderGrid(codec, tokens, changed, question) {
         classes.push(mazeClass(ch));
         cell.textContent = ch === "S" || ch === "G" ? ch : "";
       } else {
-        cell.style.background = /[0-9]/.test(ch) ? ARC_COLOURS[Number(ch)] : "#fff";
+        cell.style.background = ARC_COLOURS[Number(ch)];
+        cell.dataset.colour = ch;
       }
       if (changedSet.has(i)) classes.push("changed");
       cell.className = classes.join(" ");
