@@ -316,7 +316,12 @@ def test_a_plugin_that_fails_to_import_can_be_switched_off(cli, monkeypatch):
 
     broken = metadata.EntryPoint(name="broken", value="trm_no_such_module_x", group="trm.plugins")
     real = plugin_manager._entry_points
-    monkeypatch.setattr(plugin_manager, "_entry_points", lambda: [*real(), broken])
+    group = plugin_manager.ENTRY_POINT_GROUP  # the plugins, not the torch-free solvers
+    monkeypatch.setattr(
+        plugin_manager,
+        "_entry_points",
+        lambda g=group: [*real(g), *([broken] if g == group else [])],
+    )
     assert_one_line_error(cli("plugins"), "'broken'", "--plugins no:broken")
     result = cli("plugins", "--json", "--plugins", "no:broken")
     assert result.code == 0, result.err

@@ -372,7 +372,12 @@ def test_an_installed_plugins_wrong_answer_is_one_line_on_the_command_line(
         name="wrong", value="tests.test_optimizer_plugins:HookAnswersAnInt", group="trm.plugins"
     )
     real = plugin_manager._entry_points
-    monkeypatch.setattr(plugin_manager, "_entry_points", lambda: [*real(), wrong])
+    group = plugin_manager.ENTRY_POINT_GROUP  # the plugins, not the torch-free solvers
+    monkeypatch.setattr(
+        plugin_manager,
+        "_entry_points",
+        lambda g=group: [*real(g), *([wrong] if g == group else [])],
+    )
     run_dir = tmp_path / "run"
     result = cli("run", "quickstart", "--set", "train.optimizer=mine", "--out", run_dir)
     assert_one_line_error(
