@@ -2,7 +2,7 @@
 
 Usage:
   python benchmarks/explore.py MODEL [--kind NAME] [--puzzles N] [--seed S]
-      [--max-explore N] [--noise S1,S2,…] [--timing-puzzles N] [--batch-size N]
+      [--max-explore N] [--noise S1[:N1],S2[:N2],…] [--timing-puzzles N] [--batch-size N]
       [--out FILE] [--png FILE] [--json]
 
 MODEL is a shipped model's name or a run directory. The puzzles are fresh: the shipped
@@ -14,7 +14,9 @@ which must differ from the seed the model was trained on and from every manifest
 For each noise scale one evaluation with ``--max-explore`` trajectories gives the exact
 accuracy of every selection rule and of the oracle (a trajectory is right) at every N = 1, 2,
 4, … up to ``--max-explore``: the first N trajectories of a run of more are what a run of N
-explores (each trajectory's noise is drawn apart, the first is noise-free). Seconds per
+explores (each trajectory's noise is drawn apart, the first is noise-free); a scale written
+``SCALE:N`` runs N trajectories instead of ``--max-explore`` (a long curve for one scale,
+shorter ones for the others). Seconds per
 puzzle are timed apart for each N on the first ``--timing-puzzles`` puzzles (the noise does
 not change the cost). ``--out`` writes the results document (with
 benchmarks/provenance.py's block), ``--png`` the curve; prints a table, or the document with
@@ -108,8 +110,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         source.build(built, Path(tmp), args.seed, lambda _line: None)
         index = SplitIndex(open_split(Path(tmp) / model.spec.data.eval_split))
         for noise in args.noise:
+            trajectories = args.trajectories.get(noise, args.max_explore)
             exploration = plan_exploration(
-                model.pm, source, args.max_explore, noise, None, args.explore_seed
+                model.pm, source, trajectories, noise, None, args.explore_seed
             )
             result, _ = run_evaluation(model, index, exploration, args.puzzles, args.batch_size)
             for name, value in result.items():
@@ -119,7 +122,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         {"noise": noise, "trajectories": int(size), "rule": rule, "exact": value}
                     )
             print(f"noise {noise:g}: done", file=sys.stderr)
-        for size in curve_sizes(args.max_explore):
+        for size in curve_sizes(longest(args)):
             exploration = plan_exploration(
                 model.pm, source, size, args.noise[0], None, args.explore_seed
             )
@@ -145,13 +148,32 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "puzzles": args.puzzles,
         "explore_seed": args.explore_seed,
         "noise": args.noise,
-        "max_explore": args.max_explore,
+        "max_explore": longest(args),
+        "trajectories_per_noise": {
+            f"{n:g}": args.trajectories.get(n, args.max_explore) for n in args.noise
+        },
         "batch_size": args.batch_size,
         "device": model.runtime.device,
         "rows": rows,
         "timing": timing,
         "provenance": provenance(),
     }
+
+
+def longest(args: argparse.Namespace) -> int:
+    """The most trajectories any noise scale runs."""
+    return max(args.trajectories.get(n, args.max_explore) for n in args.noise)
+
+
+def noise_scales(text: str) -> tuple[list[float], dict[float, int]]:
+    """``S1[:N1],S2[:N2],…``: the scales and the trajectories of those given one."""
+    scales, trajectories = [], {}
+    for item in text.split(","):
+        scale, _, count = item.partition(":")
+        scales.append(float(scale))
+        if count:
+            trajectories[float(scale)] = int(count)
+    return scales, trajectories
 
 
 def draw(document: dict[str, Any], path: Path) -> None:
@@ -213,9 +235,9 @@ def main() -> int:
     parser.add_argument("--max-explore", type=int, default=64)
     parser.add_argument(
         "--noise",
-        type=lambda text: [float(v) for v in text.split(",")],
-        default=[0.1, 0.3, 1.0],
-        help="comma-separated noise scales (standard deviations)",
+        type=noise_scales,
+        default=([0.1, 0.3, 1.0], {}),
+        help="comma-separated noise scales (standard deviations), each SCALE or SCALE:N",
     )
     parser.add_argument("--explore-seed", type=int, default=0)
     parser.add_argument("--timing-puzzles", type=int, default=100)
@@ -224,6 +246,7 @@ def main() -> int:
     parser.add_argument("--png", type=Path, help="draw the curve here")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    args.noise, args.trajectories = args.noise
     document = measure(args)
     if args.out is not None:
         args.out.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
@@ -232,7 +255,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
-    sizes = curve_sizes(args.max_explore)
+    sizes = curve_sizes(longest(args))
     table = []
     for noise in args.noise:
         for rule in sorted({r["rule"] for r in document["rows"]}):
@@ -241,7 +264,8 @@ def main() -> int:
                 for r in document["rows"]
                 if r["noise"] == noise and r["rule"] == rule
             }
-            table.append([f"{noise:g}", rule, *(f"{exact[n]:.1%}" for n in sizes)])
+            cells = (f"{exact[n]:.1%}" if n in exact else "" for n in sizes)
+            table.append([f"{noise:g}", rule, *cells])
     print_rows(["noise", "rule", *(f"N={n}" for n in sizes)], table)
     seconds = {t["trajectories"]: t["seconds_per_puzzle"] for t in document["timing"]}
     print_rows(

@@ -24,8 +24,12 @@ from trm.cli.main import main
 from trm.data.selection import find_selection_rule
 from trm.errors import TrmError
 from trm.evaluation.attempts import plan_attempts
+from trm.evaluation.explore import DEFAULT_NOISE
+from trm.plan.dataset import data_sources
 from trm.plugin_manager import load_plugins
+from trm.spec.schema import TrainSpec
 
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 PUZZLE = "1... .... ..4. ...."
 QUICKSTART_PUZZLE = "1.....3..4.....2"
 
@@ -70,7 +74,12 @@ def test_solve_reports_each_trajectory_and_the_same_command_gives_the_same(tiny,
     assert len(trajectories) == 5
     assert sum(t["chosen"] for t in trajectories) == 1
     chosen = next(t for t in trajectories if t["chosen"])
-    assert chosen["q_halt"] == max(t["q_halt"] for t in trajectories)  # the default rule: q
+    # Sudoku's default rule: the first trajectory the rules accept, else the highest Q
+    valid = [t for t in trajectories if t["valid"]]
+    if valid:
+        assert chosen is valid[0]
+    else:
+        assert chosen["q_halt"] == max(t["q_halt"] for t in trajectories)
     assert all(1 <= t["halt_step"] <= 16 for t in trajectories)
     other_seed = cli(*args, "--explore-seed", "7")
     assert json.loads(other_seed.out)["trajectories"] != trajectories
@@ -82,11 +91,11 @@ def test_eval_reports_the_oracle_the_per_n_figures_and_the_cost(tiny, cli):
     result = cli("eval", tiny.run, "--json", "--explore", "4", "--noise", "0.5")
     assert result.code == 0, result.err
     figures = json.loads(result.out)
-    assert figures["explore"] == 4 and figures["select"] == "q"
+    assert figures["explore"] == 4 and figures["select"] == "rules"  # Sudoku's default
     assert figures["trajectories_per_puzzle"] == 4.0
     assert figures["seconds_per_puzzle"] > 0
     assert figures["oracle_exact_accuracy"] >= figures["exact_accuracy"]
-    assert figures["explore@4/q"] == figures["exact_accuracy"]
+    assert figures["explore@4/rules"] == figures["exact_accuracy"]
     for n in (1, 2, 4):
         assert {f"explore@{n}/{r}" for r in ("q", "halt-first", "rules", "vote", "oracle")} <= set(
             figures
@@ -179,6 +188,26 @@ def test_rules_selection_is_refused_for_a_task_whose_rules_cannot_judge_answers(
     with pytest.raises(TrmError, match="--select rules: the looked-up task has no rules"):
         find_selection_rule(pm, "rules", LookedUp(), "--select")
     assert find_selection_rule(pm, None, LookedUp(), "--select").name == "q"
+
+
+def test_each_task_has_its_measured_default_rule_and_noise():
+    """Sudoku's default rule and the default noise are the ones
+    benchmarks/results/explore_sudoku9_laptop_minimal_choose.json chose (docs/test-time.md);
+    the tasks not yet measured keep q; a run's eval_noise defaults to the commands' noise."""
+    pm = load_plugins(())
+    sources = data_sources(pm)
+    assert find_selection_rule(pm, None, sources["sudoku"], "--select").name == "rules"
+    assert find_selection_rule(pm, None, sources["maze"], "--select").name == "q"
+    assert find_selection_rule(pm, None, sources["arc"], "--select").name == "q"
+    choose = json.loads(
+        (RESULTS / "explore_sudoku9_laptop_minimal_choose.json").read_text(encoding="utf-8")
+    )
+    at_16 = {(r["noise"], r["rule"]): r["exact"] for r in choose["rows"] if r["trajectories"] == 16}
+    rules_first = (at_16[(n, "rules")] >= at_16[(n, r)] for n, r in at_16 if r != "oracle")
+    assert all(rules_first)
+    best_q = max((exact, noise) for (noise, rule), exact in at_16.items() if rule == "q")[1]
+    assert best_q == DEFAULT_NOISE
+    assert TrainSpec().eval_noise == DEFAULT_NOISE
 
 
 # ------------------------------------------------------------------ attempts, seeds, folders

@@ -38,8 +38,10 @@ from trm.model.latent_noise import LatentNoise, noise_generator
 # At most this many trajectories of a puzzle (as train.eval_attempts' bound).
 MAX_TRAJECTORIES = 1024
 # The noise's standard deviation when none is given: the latent's cells are RMS-normalised
-# (about 1), so 0.1 is a tenth of a typical cell. See docs/test-time.md.
-DEFAULT_NOISE = 0.1
+# (about 1), so 0.3 is about a third of a typical cell. Chosen on 100 fresh minimal 9x9
+# puzzles, where it matched or beat 0.03, 0.1 and 1.0 for every rule at every N
+# (benchmarks/results/explore_sudoku9_laptop_minimal_choose.json; docs/test-time.md).
+DEFAULT_NOISE = 0.3
 # The largest standard deviation accepted (far beyond any useful one: the latent is ~1).
 MAX_NOISE = 100.0
 # The key prefix of the per-N figures an explored evaluation adds (explore@4/q).

@@ -102,7 +102,7 @@ class TrainSpec:
     # eval_select ("": the task's default); evaluations then also report the oracle and
     # explore@N/RULE figures
     eval_explore: int = 1
-    eval_noise: float = 0.1
+    eval_noise: float = 0.3  # as trm.evaluation.explore.DEFAULT_NOISE (a test keeps them equal)
     eval_select: str = ""
     checkpoint_interval_steps: int = 0
     checkpoint_keep: int = 3

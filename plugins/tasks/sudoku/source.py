@@ -436,6 +436,10 @@ class SudokuSource:
 
     name = "sudoku"
     options_type = SudokuBuildOptions
+    # --explore's rule when --select is not given: the first trajectory the rules accept. On
+    # 100 fresh minimal 9x9 puzzles it matched or beat q, halt-first and vote at every N and
+    # noise scale (benchmarks/results/explore_sudoku9_laptop_minimal_choose.json).
+    default_selection = "rules"
 
     def validate_options(self, options: SudokuBuildOptions) -> None:
         """Raise TrmError for impossible options or a missing ``csv``, before any build."""
