@@ -123,6 +123,69 @@ def test_evaluation_during_training_explores_with_the_spec_keys(tiny):
     assert row["explore@3/halt-first"] == row["exact_accuracy"]  # eval_select = halt-first
 
 
+def _exploration_lines(out_dir: Path) -> dict[str, int]:
+    """The lines of exploration.png's panels by label (plots.json), and their points."""
+    manifest = json.loads((out_dir / "plots.json").read_text(encoding="utf-8"))
+    (plot,) = [p for p in manifest if p["file"] == "exploration.png"]
+    return {line["label"]: line["points"] for panel in plot["panels"] for line in panel["lines"]}
+
+
+def test_report_of_an_explored_run_draws_accuracy_against_trajectories(tiny, cli, tmp_path):
+    out = tmp_path / "report"
+    result = cli("report", tiny.run, "--out", out, "--json")
+    assert result.code == 0, result.err
+    assert "exploration.png" in json.loads(result.out)["plots"]
+    rules = {"q", "halt-first", "rules", "vote", "oracle"}
+    assert _exploration_lines(out) == {rule: 3 for rule in rules}  # N = 1, 2, 3
+    task_plot = [p for p in json.loads((out / "plots.json").read_text()) if "task" in p["file"]]
+    drawn = {line["label"] for p in task_plot for panel in p["panels"] for line in panel["lines"]}
+    assert not {label for label in drawn if "explore@" in label or "oracle" in label}
+
+
+def test_report_of_a_saved_evaluation_draws_its_curve(tiny, cli, tmp_path):
+    evaluated = cli("eval", tiny.run, "--json", "--explore", "4", "--select", "vote")
+    assert evaluated.code == 0, evaluated.err
+    saved = tmp_path / "eval.json"
+    saved.write_text(evaluated.out, encoding="utf-8")
+    result = cli("report", saved, "--json")
+    assert result.code == 0, result.err
+    out = tmp_path / "eval-report"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "exploration.png", "index.html", "plots.json", "report.json",
+    ]  # fmt: skip
+    assert _exploration_lines(out) == {r: 3 for r in ("q", "halt-first", "rules", "vote", "oracle")}
+    assert json.loads(result.out)["evaluation"]["select"] == "vote"
+    assert "chosen by vote" in (out / "index.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        ("not json {", ["is not JSON"]),
+        ('{"runs": []}', ["not a document of `trm eval --json`"]),
+        ('{"explore": 1, "exact_accuracy": 0.5}', ["no exploration figures", "--explore N"]),
+    ],
+)
+def test_report_refuses_a_file_that_is_no_explored_evaluation(cli, tmp_path, text, fragments):
+    saved = tmp_path / "eval.json"
+    saved.write_text(text, encoding="utf-8")
+    assert_one_line_error(cli("report", saved), *fragments)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.json"]  # nothing written
+
+
+def test_shipped_evaluation_carries_each_kinds_curve():
+    command = ["eval", "quickstart", "--max-examples", "4", "--explore", "2", "--json"]
+    result = subprocess.run(
+        [sys.executable, "-m", "trm", *command],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    for kind in json.loads(result.stdout)["kinds"]:
+        assert {f"explore@{n}/{r}" for n in (1, 2) for r in ("q", "rules", "oracle")} <= set(kind)
+
+
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [

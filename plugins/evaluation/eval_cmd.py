@@ -378,6 +378,7 @@ def _eval_shipped(
         }
         if exploration.explores:
             row["oracle_exact_accuracy"] = score.oracle_exact_accuracy
+            row.update(score.curve)  # explore@N/RULE: trm report draws them
         if attempts.attempts > 1:
             key = at_attempts_key(attempts.attempts)
             row[key] = score.exact_accuracy_at_attempts

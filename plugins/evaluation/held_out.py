@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from attrs import define
+from attrs import define, field
 
 from trm.data.puzzle_dataset import open_split
 from trm.data.sampler import SplitIndex
@@ -25,7 +25,7 @@ from trm.device.contract import Placement
 from trm.errors import TrmError
 from trm.evaluation.attempts import AttemptPlan, at_attempts_key
 from trm.evaluation.evaluate import evaluate
-from trm.evaluation.explore import Exploration
+from trm.evaluation.explore import CURVE_PREFIX, Exploration
 from trm.plan.dataset import build_options, find_data_source
 from trm.plugin_manager import TrmPluginManager
 from trm.restore import check_eval_data
@@ -38,7 +38,8 @@ class KindScore:
     """A model's score on the first ``examples`` held-out puzzles of one kind (fractions);
     ``exact_accuracy_at_attempts`` with the attempts asked for (None: one attempt);
     ``oracle_exact_accuracy`` with exploration (None without): right when any trajectory
-    is; the rows run and the wall time of the scoring (not of the generation) per puzzle."""
+    is; the rows run and the wall time of the scoring (not of the generation) per puzzle;
+    ``curve`` the exploration's per-N figures of every usable rule and the oracle."""
 
     examples: int
     exact_accuracy: float
@@ -47,6 +48,7 @@ class KindScore:
     oracle_exact_accuracy: float | None = None
     trajectories_per_puzzle: float = 1.0
     seconds_per_puzzle: float = 0.0
+    curve: dict[str, float] = field(factory=dict)
 
 
 def manifest_at_attempts(kind: KindAccuracy, attempts: AttemptPlan) -> float | None:
@@ -129,4 +131,5 @@ def score_kind(
         oracle_exact_accuracy=result.get("oracle_exact_accuracy"),
         trajectories_per_puzzle=float(result.get("trajectories_per_puzzle", 1.0)),
         seconds_per_puzzle=elapsed_s / max(int(result["examples"]), 1),
+        curve={k: float(v) for k, v in result.items() if k.startswith(CURVE_PREFIX)},
     )

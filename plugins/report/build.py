@@ -10,8 +10,15 @@ from typing import Any
 from attrs import frozen
 
 from trm.errors import TrmError
-from trm.plugins.report.html import render_index
-from trm.plugins.report.plots import plot_specs, render
+from trm.plugins.report.exploration import (
+    PLOT_FILE,
+    TITLE,
+    XLABEL,
+    evaluation_panels,
+    exploration_plot,
+)
+from trm.plugins.report.html import render_evaluation_index, render_index
+from trm.plugins.report.plots import PlotSpec, plot_specs, render
 from trm.plugins.report.runs import load_runs, spec_differences
 from trm.plugins.report.summary import run_summary
 
@@ -70,7 +77,9 @@ def make_report(run_dirs: list[Path], out_dir: Path) -> Report:
     summaries = [run_summary(run) for run in runs]
     differences = spec_differences(runs)
     try:
-        manifest = [render(plot, out_dir) for plot in plot_specs(runs)]
+        explored = exploration_plot(runs)
+        plots = [*plot_specs(runs), *([explored] if explored else [])]
+        manifest = [render(plot, out_dir) for plot in plots]
         document = {
             "runs": summaries,
             "spec_differences": [{"key": k, "values": v} for k, v in differences],
@@ -84,3 +93,24 @@ def make_report(run_dirs: list[Path], out_dir: Path) -> Report:
     except OSError as exc:
         raise TrmError(f"cannot write the report into {out_dir} ({exc}); choose --out") from exc
     return Report(out_dir, [entry["file"] for entry in manifest], document)
+
+
+def make_evaluation_report(path: Path, out_dir: Path) -> Report:
+    """Report on the ``trm eval --explore N --json`` document in ``path`` into ``out_dir``:
+    exploration.png (:mod:`trm.plugins.report.exploration`), plots.json, report.json (the
+    evaluation's document and the plot) and index.html. TrmError for a file that is not
+    such a document, or an ``out_dir`` that cannot be written (checked first, as for runs)."""
+    evaluation, panels = evaluation_panels(path)
+    check_report_folder(out_dir)
+    plot = PlotSpec(PLOT_FILE, TITLE, XLABEL, panels, log_x=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        manifest = [render(plot, out_dir)]
+        document = {"evaluation": evaluation, "plots": [PLOT_FILE], "out_dir": str(out_dir)}
+        (out_dir / "plots.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        (out_dir / REPORT_FILE).write_text(json.dumps(document, indent=2, default=str) + "\n")
+        page = render_evaluation_index(path.name, evaluation, manifest)
+        (out_dir / "index.html").write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise TrmError(f"cannot write the report into {out_dir} ({exc}); choose --out") from exc
+    return Report(out_dir, [PLOT_FILE], document)

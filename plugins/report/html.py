@@ -134,7 +134,13 @@ def render_index(
             parts.append(_table(["key", *(escape(label) for label in labels)], rows))
         else:
             parts.append("<p>The runs' specs are the same.</p>")
-    parts.append("<h2>Plots</h2>")
+    parts += _figures(plots)
+    return "\n".join(parts) + "\n"
+
+
+def _figures(plots: list[dict[str, Any]]) -> list[str]:
+    """The page's plots section and its end."""
+    parts = ["<h2>Plots</h2>"]
     for plot in plots:
         name = escape(plot["file"])
         title = escape(plot["title"])
@@ -143,4 +149,45 @@ def render_index(
             f"({name})</figcaption></figure>"
         )
     parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    return parts
+
+
+EVALUATION_COLUMNS = (
+    ("examples", "puzzles"),
+    ("exact_accuracy", "exact (chosen)"),
+    ("oracle_exact_accuracy", "oracle"),
+    ("trajectories_per_puzzle", "trajectories / puzzle"),
+    ("seconds_per_puzzle", "s / puzzle"),
+)
+
+
+def render_evaluation_index(
+    name: str, evaluation: dict[str, Any], plots: list[dict[str, Any]]
+) -> str:
+    """The page for one ``trm eval --json`` document (named ``name``): what was explored
+    and chosen, each figure set's accuracy, oracle and cost, and the rendered ``plots``."""
+    kinds = evaluation.get("kinds")
+    sets = kinds if isinstance(kinds, list) else [evaluation]
+    header = f"trm report: {escape(name)}"
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{header}</title>",
+        f"<style>{STYLE}</style></head><body>",
+        f"<h1>{header}</h1>",
+        f"<p>{escape(str(evaluation.get('model') or evaluation.get('checkpoint', '')))}, step "
+        f"{escape(str(evaluation.get('step')))}: {escape(str(evaluation.get('explore')))} "
+        f"trajectories a puzzle, chosen by {escape(str(evaluation.get('select')))}.</p>",
+        _table(
+            ["puzzles of", *(title for _, title in EVALUATION_COLUMNS)],
+            [
+                [
+                    escape(str(s.get("kind") or s.get("split") or "")),
+                    *(_value(s.get(key)) for key, _ in EVALUATION_COLUMNS),
+                ]
+                for s in sets
+                if isinstance(s, dict)
+            ],
+        ),
+    ]
+    return "\n".join(parts + _figures(plots)) + "\n"

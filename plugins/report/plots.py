@@ -35,6 +35,8 @@ EVAL_KEYS = {
     "kind", "step", "examples", "exact_accuracy", "cell_accuracy", "loss", "mean_halt_steps",
     "q_halt_accuracy", "wall_s",
 }  # fmt: skip
+# Eval-row keys of an exploration (trm.evaluation.explore), drawn by the exploration plot.
+EXPLORATION_KEYS = ("explore@", "oracle_", "trajectories_")
 
 
 @frozen
@@ -67,6 +69,7 @@ class PlotSpec:
     title: str
     xlabel: str
     panels: list[Panel]
+    log_x: bool = False  # a base-2 log x axis (trajectories per puzzle)
 
 
 # ------------------------------------------------------------------------------ data
@@ -172,7 +175,11 @@ def _task_metric_names(runs: list[Run]) -> list[str]:
     for run in runs:
         for row in run.evals:
             names.update(
-                k for k, v in row.items() if k not in EVAL_KEYS and isinstance(v, (int, float))
+                k
+                for k, v in row.items()
+                if k not in EVAL_KEYS
+                and not k.startswith(EXPLORATION_KEYS)
+                and isinstance(v, (int, float))
             )
     return sorted(names)
 
@@ -336,7 +343,7 @@ def plot_specs(runs: list[Run]) -> list[PlotSpec]:
     for plot in plots:
         panels = [panel for panel in plot.panels if panel.traces] if plot else []
         if plot is not None and panels:
-            out.append(PlotSpec(plot.file, plot.title, plot.xlabel, panels))
+            out.append(PlotSpec(plot.file, plot.title, plot.xlabel, panels, plot.log_x))
     return out
 
 
@@ -423,6 +430,8 @@ def render(plot: PlotSpec, out_dir: Path) -> dict[str, Any]:
                 ],
             }
         )
+    if plot.log_x:
+        axes[-1].set_xscale("log", base=2)
     axes[-1].set_xlabel(plot.xlabel)
     figure.suptitle(plot.title)
     figure.tight_layout()

@@ -1,5 +1,7 @@
 """``trm report RUN_DIR [RUN_DIR ...]``: plots, index.html and a summary table of what the
 runs did, with the leak and slowdown checks; several runs overlay in the same plots.
+``trm report EVAL.json``: a saved ``trm eval --explore N --json`` document drawn as accuracy
+against trajectories (:mod:`trm.plugins.report.exploration`).
 
 The report goes to ``--out`` (default: ``RUN_DIR/report`` for one run, ``./report`` for
 several). ``--json`` prints the summary document (report.json) to stdout.
@@ -20,7 +22,13 @@ def register(commands: argparse._SubParsersAction, common: argparse.ArgumentPars
     parser = commands.add_parser(
         "report", parents=[common], help="plots, a page and a summary of one or more runs"
     )
-    parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR", help="run directory")
+    parser.add_argument(
+        "run_dirs",
+        nargs="+",
+        type=Path,
+        metavar="RUN_DIR",
+        help="run directory, study folder, or a file of `trm eval --explore N --json`",
+    )
     parser.add_argument(
         "--out",
         type=_folder,
@@ -55,14 +63,26 @@ def _folder(text: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trm.plugins.report.build import check_report_folder, make_report  # matplotlib loads here
-
-    out_dir = args.out or (
-        args.run_dirs[0] / "report" if len(args.run_dirs) == 1 else Path("report")
+    from trm.plugins.report.build import (  # matplotlib loads here
+        check_report_folder,
+        make_evaluation_report,
+        make_report,
     )
+
+    single = args.run_dirs[0] if len(args.run_dirs) == 1 else None
+    if single is not None and single.is_file():  # a saved `trm eval --json` document
+        out_dir = args.out or single.with_name(f"{single.stem}-report")
+        if check_report_folder(out_dir):
+            info(f"replacing the report in {out_dir}")
+        report = make_evaluation_report(single, out_dir)
+        info(f"wrote {len(report.pngs)} plot and index.html to {report.out_dir}")
+        if args.json:
+            print_json(report.document)
+        return 0
+    out_dir = args.out or (single / "report" if single is not None else Path("report"))
     if check_report_folder(out_dir):
         info(f"replacing the report in {out_dir}")
-    if len(args.run_dirs) == 1 and (args.run_dirs[0] / STUDY_DB).exists():
+    if single is not None and (single / STUDY_DB).exists():
         return _study_report(args.run_dirs[0], out_dir, args.json, args.plugins)
     report = make_report(args.run_dirs, out_dir)
     for summary in report.document["runs"]:
