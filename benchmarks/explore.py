@@ -4,6 +4,8 @@ Usage:
   python benchmarks/explore.py MODEL [--kind NAME] [--puzzles N] [--seed S]
       [--max-explore N] [--noise S1[:N1],S2[:N2],…] [--timing-puzzles N] [--batch-size N]
       [--out FILE] [--png FILE] [--json]
+  python benchmarks/explore.py --from FILE [--png FILE] [--markdown]
+      [--table accuracy|selection|both]
 
 MODEL is a shipped model's name or a run directory. The puzzles are fresh: the shipped
 model's manifest kind ``--kind`` (default its last kind; for a run, the run's own
@@ -19,8 +21,10 @@ explores (each trajectory's noise is drawn apart, the first is noise-free); a sc
 shorter ones for the others). Seconds per
 puzzle are timed apart for each N on the first ``--timing-puzzles`` puzzles (the noise does
 not change the cost). ``--out`` writes the results document (with
-benchmarks/provenance.py's block), ``--png`` the curve; prints a table, or the document with
-``--json``.
+benchmarks/provenance.py's block), ``--png`` the curve; prints the tables — accuracy against
+N, and per scale at its largest N each rule beside the oracle with the share of the rule's
+failures that are selection failures (a trajectory was right) — or the document with
+``--json``. ``--from FILE`` prints (and draws) a document again without measuring.
 """
 
 from __future__ import annotations
@@ -226,9 +230,67 @@ def draw(document: dict[str, Any], path: Path) -> None:
     plt.close(figure)
 
 
+def accuracy_table(document: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Per noise scale and rule (the oracle last), the exact accuracy at every N measured."""
+    sizes = sorted({r["trajectories"] for r in document["rows"]})
+    rules = [*sorted({r["rule"] for r in document["rows"]} - {ORACLE}), ORACLE]
+    table = []
+    for noise in document["noise"]:
+        for rule in rules:
+            exact = {
+                r["trajectories"]: r["exact"]
+                for r in document["rows"]
+                if r["noise"] == noise and r["rule"] == rule
+            }
+            table.append(
+                [f"{noise:g}", rule, *(f"{exact[n]:.1%}" if n in exact else "" for n in sizes)]
+            )
+    seconds = {t["trajectories"]: t["seconds_per_puzzle"] for t in document["timing"]}
+    table.append(
+        ["", "seconds per puzzle", *(f"{seconds[n]:.3g}" if n in seconds else "" for n in sizes)]
+    )
+    return ["noise", "rule", *(f"N={n}" for n in sizes)], table
+
+
+def selection_table(document: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Per noise scale at its largest N, each rule's exact accuracy, the oracle's, and the
+    share of the rule's failures that are selection failures (a trajectory was right: the
+    oracle's lead over the rule, of the puzzles the rule failed)."""
+    table = []
+    for noise in document["noise"]:
+        rows = [r for r in document["rows"] if r["noise"] == noise]
+        largest = max(r["trajectories"] for r in rows)
+        at = {r["rule"]: r["exact"] for r in rows if r["trajectories"] == largest}
+        oracle = at[ORACLE]
+        for rule in sorted(set(at) - {ORACLE}, key=lambda name: -at[name]):
+            failed = 1.0 - at[rule]
+            share = f"{(oracle - at[rule]) / failed:.0%}" if failed > 0 else "none failed"
+            table.append(
+                [f"{noise:g}", str(largest), rule, f"{at[rule]:.1%}", f"{oracle:.1%}", share]
+            )
+    return ["noise", "N", "rule", "exact", "oracle", "selection failures"], table
+
+
+def print_markdown(header: list[str], table: list[list[str]]) -> None:
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in table:
+        print("| " + " | ".join(row) + " |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", help="a shipped model's name or a run directory")
+    parser.add_argument("model", nargs="?", help="a shipped model's name or a run directory")
+    parser.add_argument(
+        "--from", dest="source", type=Path, help="print (and draw) a results document again"
+    )
+    parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    parser.add_argument(
+        "--table",
+        choices=("accuracy", "selection", "both"),
+        default="both",
+        help="which table to print: accuracy against N, the selection failures, or both",
+    )
     parser.add_argument("--kind", help="the manifest kind to build fresh (default: its last)")
     parser.add_argument("--puzzles", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=43, help="the fresh puzzles' build seed")
@@ -247,7 +309,12 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     args.noise, args.trajectories = args.noise
-    document = measure(args)
+    if args.source is not None:
+        document = json.loads(args.source.read_text(encoding="utf-8"))
+    elif args.model is None:
+        parser.error("give MODEL to measure, or --from FILE to print a document again")
+    else:
+        document = measure(args)
     if args.out is not None:
         args.out.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     if args.png is not None:
@@ -255,23 +322,13 @@ def main() -> int:
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
-    sizes = curve_sizes(longest(args))
-    table = []
-    for noise in args.noise:
-        for rule in sorted({r["rule"] for r in document["rows"]}):
-            exact = {
-                r["trajectories"]: r["exact"]
-                for r in document["rows"]
-                if r["noise"] == noise and r["rule"] == rule
-            }
-            cells = (f"{exact[n]:.1%}" if n in exact else "" for n in sizes)
-            table.append([f"{noise:g}", rule, *cells])
-    print_rows(["noise", "rule", *(f"N={n}" for n in sizes)], table)
-    seconds = {t["trajectories"]: t["seconds_per_puzzle"] for t in document["timing"]}
-    print_rows(
-        ["", "", *(f"N={n}" for n in sizes)],
-        [["", "s / puzzle", *(f"{seconds[n]:.3g}" for n in sizes)]],
-    )
+    show = print_markdown if args.markdown else print_rows
+    if args.table in ("accuracy", "both"):
+        show(*accuracy_table(document))
+    if args.table == "both":
+        print()
+    if args.table in ("selection", "both"):
+        show(*selection_table(document))
     return 0
 
 
