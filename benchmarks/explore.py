@@ -262,7 +262,7 @@ def selection_table(document: dict[str, Any]) -> tuple[list[str], list[list[str]
         largest = max(r["trajectories"] for r in rows)
         at = {r["rule"]: r["exact"] for r in rows if r["trajectories"] == largest}
         oracle = at[ORACLE]
-        for rule in sorted(set(at) - {ORACLE}, key=lambda name: -at[name]):
+        for rule in sorted(set(at) - {ORACLE}, key=lambda name: (-at[name], name)):
             failed = 1.0 - at[rule]
             share = f"{(oracle - at[rule]) / failed:.0%}" if failed > 0 else "none failed"
             table.append(
