@@ -19,6 +19,11 @@ from trm.errors import TrmError
 
 # The selection a task gets when its data source names none (``default_selection``).
 DEFAULT_SELECTION = "q"
+# The key prefix of the per-N figures an explored evaluation adds (``explore@4/q``: the exact
+# accuracy with rule q choosing among the first 4 trajectories), and the name that stands for
+# the oracle there (right when any of them is). ``trm report`` reads them.
+CURVE_PREFIX = "explore@"
+ORACLE = "oracle"
 
 
 @frozen

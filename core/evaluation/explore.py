@@ -21,6 +21,8 @@ import torch
 from attrs import define, frozen
 
 from trm.data.selection import (
+    CURVE_PREFIX,
+    ORACLE,
     Candidates,
     SelectionRule,
     checked_pick,
@@ -44,9 +46,6 @@ MAX_TRAJECTORIES = 1024
 DEFAULT_NOISE = 0.3
 # The largest standard deviation accepted (far beyond any useful one: the latent is ~1).
 MAX_NOISE = 100.0
-# The key prefix of the per-N figures an explored evaluation adds (explore@4/q).
-CURVE_PREFIX = "explore@"
-ORACLE = "oracle"
 
 
 @frozen

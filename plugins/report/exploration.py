@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trm.data.selection import CURVE_PREFIX, ORACLE
 from trm.errors import TrmError
-from trm.evaluation.explore import CURVE_PREFIX, ORACLE
 from trm.plugins.report.plots import Panel, PlotSpec, Trace
 from trm.plugins.report.runs import Run
 
