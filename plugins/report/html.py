@@ -89,11 +89,7 @@ def render_index(
     (runs.spec_differences) and the rendered ``plots`` (plots.render's entries)."""
     labels = [s["run"] for s in summaries]
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>trm report: {escape(', '.join(labels))}</title>",
-        f"<style>{STYLE}</style></head><body>",
-        f"<h1>trm report: {escape(', '.join(labels))}</h1>",
+        *_head(f"trm report: {escape(', '.join(labels))}"),
         "<h2>Summary</h2>",
         _table(
             [title for _, title in COLUMNS],
@@ -138,6 +134,17 @@ def render_index(
     return "\n".join(parts) + "\n"
 
 
+def _head(title: str) -> list[str]:
+    """The page's start, up to its heading ``title`` (already escaped)."""
+    return [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{title}</title>",
+        f"<style>{STYLE}</style></head><body>",
+        f"<h1>{title}</h1>",
+    ]
+
+
 def _figures(plots: list[dict[str, Any]]) -> list[str]:
     """The page's plots section and its end."""
     parts = ["<h2>Plots</h2>"]
@@ -168,13 +175,8 @@ def render_evaluation_index(
     and chosen, each figure set's accuracy, oracle and cost, and the rendered ``plots``."""
     kinds = evaluation.get("kinds")
     sets = kinds if isinstance(kinds, list) else [evaluation]
-    header = f"trm report: {escape(name)}"
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{header}</title>",
-        f"<style>{STYLE}</style></head><body>",
-        f"<h1>{header}</h1>",
+        *_head(f"trm report: {escape(name)}"),
         f"<p>{escape(str(evaluation.get('model') or evaluation.get('checkpoint', '')))}, step "
         f"{escape(str(evaluation.get('step')))}: {escape(str(evaluation.get('explore')))} "
         f"trajectories a puzzle, chosen by {escape(str(evaluation.get('select')))}.</p>",

@@ -70,18 +70,21 @@ def run(args: argparse.Namespace) -> int:
     )
 
     single = args.run_dirs[0] if len(args.run_dirs) == 1 else None
-    if single is not None and single.is_file():  # a saved `trm eval --json` document
-        out_dir = args.out or single.with_name(f"{single.stem}-report")
-        if check_report_folder(out_dir):
-            info(f"replacing the report in {out_dir}")
+    evaluation = single is not None and single.is_file()  # a saved `trm eval --json` document
+    if args.out is not None:
+        out_dir = args.out
+    elif single is None:
+        out_dir = Path("report")
+    else:
+        out_dir = single.with_name(f"{single.stem}-report") if evaluation else single / "report"
+    if check_report_folder(out_dir):
+        info(f"replacing the report in {out_dir}")
+    if evaluation:
         report = make_evaluation_report(single, out_dir)
         info(f"wrote {len(report.pngs)} plot and index.html to {report.out_dir}")
         if args.json:
             print_json(report.document)
         return 0
-    out_dir = args.out or (single / "report" if single is not None else Path("report"))
-    if check_report_folder(out_dir):
-        info(f"replacing the report in {out_dir}")
     if single is not None and (single / STUDY_DB).exists():
         return _study_report(args.run_dirs[0], out_dir, args.json, args.plugins)
     report = make_report(args.run_dirs, out_dir)
