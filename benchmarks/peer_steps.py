@@ -146,14 +146,20 @@ def official_step(
     device: str,
     total_steps: int,
     compile_model: bool = True,
+    forward_dtype: str | None = None,
 ) -> PeerStep:
     """The official model and loss head, its optimizers and EMA, stepped as ``pretrain.py``
     steps them (see the module docstring); the learning rate follows its cosine schedule
-    with warm-up over ``total_steps``."""
+    with warm-up over ``total_steps``. ``forward_dtype`` (``"float32"``) replaces its
+    configuration's ``arch.forward_dtype`` (bfloat16 as it ships), as a user of the official
+    code would set it on a CPU without native bf16 arithmetic; the peer is then named
+    ``official-fp32``."""
     from trm.measure.flops import model_flops
 
     mods = import_official(reference)
     model_cfg, config = official_model_config(spec, shape, batches.batch_size)
+    if forward_dtype is not None:
+        model_cfg["forward_dtype"] = forward_dtype
     torch.manual_seed(config["seed"])
     with torch.device(device):
         inner = mods["models.recursive_reasoning.trm"].TinyRecursiveReasoningModel_ACTV1(model_cfg)
@@ -214,14 +220,17 @@ def official_step(
 
     flops = model_flops(spec.arch, shape.seq_len, shape.vocab_size).per_sample
     notes = [OFFICIAL_OPTIMIZER_NOTE]
+    if forward_dtype is not None:
+        notes.append(f"arch.forward_dtype = {forward_dtype} (the official config's own setting)")
     if not compiled:
         notes.append("not compiled (DISABLE_COMPILE set, or asked)")
+    precision = model_cfg["forward_dtype"].replace("bfloat16", "bf16").replace("float32", "fp32")
     return PeerStep(
-        name="official",
+        name="official" if forward_dtype is None else f"official-{precision}",
         step=step,
         batch_size=global_batch,
         flops_per_sample=float(flops),
-        precision=config["arch"]["forward_dtype"].replace("bfloat16", "bf16"),
+        precision=precision,
         compiled=compiled,
         notes=tuple(notes),
         model=model,

@@ -1,8 +1,9 @@
 """trm's training step against its peers, on this machine, in one run: samples/s, GFLOP/s,
 MFU against the same measured GEMM peak, and the ratio trm / peer.
 
-Usage: python benchmarks/peers.py [--reference PATH] [--shapes a,b,c] [--batch N]
-[--rounds 2] [--steps 1] [--warmup 1] [--threads N] [--json] [--out FILE] [--from-json FILE]
+Usage: python benchmarks/peers.py [--reference PATH] [--shapes a,b,c] [--peers a,b] [--batch N]
+[--rounds 2] [--steps 1] [--warmup 1] [--threads N] [--set KEY=VALUE ...] [--json] [--out FILE]
+[--from-json FILE]
 
 The peers (``benchmarks/peer_steps.py`` says how each is built and driven):
 
@@ -69,7 +70,11 @@ from trm.plugins.measure.peak import measure_gemm_peak
 from trm.spec import apply_overrides, load_spec, resolve_spec_path
 
 SHAPES = ("sudoku-extreme-mlp", "maze-hard-att", "quickstart")
-PEERS = ("official", "lucidrains")
+PEERS = ("official", "official-fp32", "lucidrains")
+# The peers run unless --peers names others: official-fp32 (the official code with its own
+# arch.forward_dtype = float32) is asked for where bf16 is emulated (a CPU without AVX-512 BF16
+# or AMX), to compare like with like as well as with the code as it ships.
+DEFAULT_PEERS = ("official", "lucidrains")
 # Samples a step per shape, the same for every implementation. 32 on a CPU, but the
 # 900-token shape at 4: a step of 32 takes a minute or more on a shared 2-core CPU, which the
 # default run (about 10 minutes for all three shapes) cannot afford: time, not memory.
@@ -120,7 +125,7 @@ class Alternator:
 def peer_rows_unavailable(args: argparse.Namespace) -> dict[str, str]:
     """Peers that cannot run here, each with why (a row that says so)."""
     missing: dict[str, str] = {}
-    if "official" in args.peers:
+    if any(p.startswith("official") for p in args.peers):
         if args.reference is None:
             missing["official"] = (
                 "not given (--reference PATH names a TinyRecursiveModels checkout)"
@@ -132,6 +137,9 @@ def peer_rows_unavailable(args: argparse.Namespace) -> dict[str, str]:
                 import_official(args.reference)
             except ImportError as exc:
                 missing["official"] = f"not importable from {args.reference}: {exc}"
+        for variant in args.peers:
+            if variant.startswith("official") and "official" in missing:
+                missing[variant] = missing["official"]
     if "lucidrains" in args.peers:
         try:
             import tiny_recursive_model  # noqa: F401
@@ -145,6 +153,8 @@ def peer_rows_unavailable(args: argparse.Namespace) -> dict[str, str]:
 def measure_shape(name: str, args: argparse.Namespace, log: Any) -> dict[str, Any]:
     """Every implementation on spec ``name``, alternated; the shape's part of the document."""
     spec = load_spec(resolve_spec_path(name))
+    if args.set:
+        spec = apply_overrides(spec, args.set)
     if args.threads:
         spec = apply_overrides(spec, [f"runtime.threads={args.threads}"])
         torch.set_num_threads(args.threads)  # the peers' warm-up; trm's loop sets the same
@@ -180,6 +190,10 @@ def measure_shape(name: str, args: argparse.Namespace, log: Any) -> dict[str, An
                 batches = Batches(spec, data_dir, batch, device)
                 if peer_name == "official":
                     peer = official_step(args.reference, spec, shape, batches, device, total)
+                elif peer_name == "official-fp32":
+                    peer = official_step(
+                        args.reference, spec, shape, batches, device, total, forward_dtype="float32"
+                    )
                 else:
                     peer = lucidrains_step(spec, shape, batches, device)
                 seconds = []
@@ -345,7 +359,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reference", type=Path, help="a TinyRecursiveModels checkout")
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated specs")
-    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers")
+    parser.add_argument(
+        "--peers",
+        default=",".join(DEFAULT_PEERS),
+        help=f"comma-separated peers, of {', '.join(PEERS)}",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a spec override for trm (and the data), as `trm run --set`; repeatable",
+    )
     parser.add_argument("--batch", type=int, default=0, help="samples a step (0: per shape)")
     parser.add_argument("--rounds", type=int, default=2, help="windows of each implementation")
     parser.add_argument("--steps", type=int, default=1, help="steps in one window")
@@ -406,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
         "provenance": provenance(),
         "torch": torch.__version__,
         "reference": str(args.reference) if args.reference else None,
+        "trm_overrides": list(args.set),
         "shapes": [],
         "complete": False,
     }

@@ -17,6 +17,11 @@ class RuntimeChoice:
     object that knows that device (the host's behaviour when a plugin gives none).
     ``reuse_host_memory``: the loop keeps freed host memory for reuse
     (:func:`trm.device.host_memory.reuse_freed_memory`) when it starts training.
+    ``compile_by_planner``: ``runtime.compile = "auto"`` left the choice to the planner, which
+    weighed the run's steps against this machine's measured compile cost
+    (:mod:`trm.plan.compile_choice`); a resumed run then keeps what its checkpoint ran.
+    ``compile_key``: the compile ledger's key for this run's step, set by the planner; the
+    loop records the run's step time under it (:mod:`trm.loop.compile_record`).
     """
 
     device: str
@@ -25,6 +30,8 @@ class RuntimeChoice:
     compile: bool
     notes: tuple[str, ...] = ()
     reuse_host_memory: bool = False
+    compile_by_planner: bool = False
+    compile_key: str | None = None
     backend: DeviceBackend = field(default=HOST, eq=False, repr=False)
 
     @property

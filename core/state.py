@@ -18,6 +18,7 @@ import torch
 from attrs import define, field
 
 from trm.data.shape import DatasetShape
+from trm.device.compile import is_compiled
 from trm.device.contract import HOST, DeviceBackend
 from trm.device.rng import capture_rng, restore_rng
 from trm.errors import TrmError
@@ -74,6 +75,9 @@ class TrainState:
     # torch's intra-op thread count the resumed checkpoint was written under (None: not resumed,
     # or a checkpoint that does not record it)
     checkpoint_threads: int | None = None
+    # whether the resumed checkpoint's process ran the network compiled (None: not resumed,
+    # or a checkpoint that does not record it)
+    checkpoint_compiled: bool | None = None
 
     @property
     def device(self) -> torch.device:
@@ -150,6 +154,7 @@ class TrainState:
             "rng": capture_rng(self.backend, self.device),
             "device": str(self.device),
             "threads": torch.get_num_threads(),
+            "compiled": is_compiled(self.model),
             **extra,
         }
         payload = tensors_to_host(payload, self.backend, fresh)  # whatever the device
@@ -201,6 +206,8 @@ class TrainState:
         threads = payload.get("threads")
         recorded = isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1
         self.checkpoint_threads = threads if recorded else None
+        compiled = payload.get("compiled")
+        self.checkpoint_compiled = compiled if isinstance(compiled, bool) else None
         rng_note = ""
         if payload.get("rng") is not None:  # an imported checkpoint keeps the seeded RNGs
             rng_note = restore_rng(payload["rng"], self.backend, self.device)

@@ -42,13 +42,18 @@ def assert_one_line_error(result: CliResult, *fragments: str) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under pytest-xdist (``pytest -n N``), give each worker its own share of the CPUs.
+    """No test reads or writes the user's compile ledger (``TRM_COMPILE_LEDGER=off``; the
+    tests of the ledger name their own file), so a small network's compile decision is the
+    same in every test, whatever ran before.
+
+    Under pytest-xdist (``pytest -n N``), give each worker its own share of the CPUs.
 
     Worker ``i`` of ``N`` keeps every ``N``-th usable CPU from the ``i``-th, so workers (and the
     ``trm`` and torchrun processes they start, which inherit the mask) never fight over a core:
     trm's CPU backend takes its thread count from this mask. With more workers than CPUs the
     mask is left alone.
     """
+    os.environ["TRM_COMPILE_LEDGER"] = "off"
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if not worker.startswith("gw") or workers < 2 or not hasattr(os, "sched_setaffinity"):

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trm.device.compile import choose_compile, compile_network, is_compiled
+from trm.device.compile import choose_compile, compile_network, is_compiled, planner_decides
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile
 from trm.model import ACTLoss, AdamATan2, TinyRecursiveModel, build_optimizers
@@ -42,12 +42,16 @@ def _keep_threads_and_tf32():
 def test_compile_auto_needs_a_large_network_and_a_compiler(monkeypatch) -> None:
     monkeypatch.setattr(cpu, "cpp_compiler", lambda: "/usr/bin/g++")
     assert choose_compile("auto", cpu.CPU, large_network=True) == (True, None)
-    on, note = choose_compile("auto", cpu.CPU, large_network=False)
-    assert not on and "small" in note
+    # a small network: the planner decides from the run's steps (trm.plan.compile_choice)
+    assert choose_compile("auto", cpu.CPU, large_network=False) == (False, None)
+    assert planner_decides("auto", cpu.CPU, large_network=False)
+    assert not planner_decides("auto", cpu.CPU, large_network=True)
+    assert not planner_decides("on", cpu.CPU, large_network=False)
     assert choose_compile("off", cpu.CPU) == (False, None)
     monkeypatch.setattr(cpu, "cpp_compiler", lambda: None)
     on, note = choose_compile("auto", cpu.CPU)
     assert not on and note.startswith("running eager") and "C++ compiler" in note
+    assert not planner_decides("auto", cpu.CPU, large_network=False)  # it cannot compile here
     with pytest.raises(TrmError, match=r"runtime\.compile = 'on'"):
         choose_compile("on", cpu.CPU)
 

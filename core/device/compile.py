@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from trm.device.compile_ledger import use_persistent_compile_cache
 from trm.device.contract import DeviceBackend
 from trm.errors import TrmError
 
@@ -75,23 +76,31 @@ def choose_compile(
     """Decide ``runtime.compile`` (auto, on, off) for ``backend``: (compile?, notice).
 
     ``auto`` compiles where possible and the network is large (``large_network``, see
-    :func:`trm.measure.flops.matmul_bound`: for a small one compiling takes longer than it saves),
-    and otherwise runs eager with a one-line notice; ``on`` where impossible is a TrmError
-    naming the reason; ``off`` never compiles.
+    :func:`trm.measure.flops.matmul_bound`); for a small one it answers (False, None) and the
+    planner decides from the run's steps and this machine's measured compile cost
+    (:func:`planner_decides`, :mod:`trm.plan.compile_choice`). Where torch.compile cannot
+    run, ``auto`` runs eager with a one-line notice naming the reason, ``on`` is a TrmError
+    naming it; ``off`` never compiles.
     """
     if setting == "off":
         return False, None
-    if setting == "auto" and not large_network:
-        return False, "running eager: the network is small, compiling would cost more than it saves"
     reason = dynamo_unavailable_reason() or backend.compile_unavailable_reason()
     if reason is None:
-        return True, None
+        return large_network or setting == "on", None
     if setting == "on":
         raise TrmError(
             f"runtime.compile = 'on' but torch.compile cannot run on {backend.name} here: "
             f"{reason}; set runtime.compile = 'auto' or 'off'"
         )
     return False, f"running eager (not compiled): {reason}"
+
+
+def planner_decides(setting: str, backend: DeviceBackend, large_network: bool) -> bool:
+    """True when ``runtime.compile = "auto"`` leaves the choice to the planner: a small network
+    on a backend where torch.compile can run (:mod:`trm.device.compile_payoff`)."""
+    if setting != "auto" or large_network:
+        return False
+    return (dynamo_unavailable_reason() or backend.compile_unavailable_reason()) is None
 
 
 def compile_network(model: torch.nn.Module, backend: DeviceBackend) -> torch.nn.Module:
@@ -104,6 +113,7 @@ def compile_network(model: torch.nn.Module, backend: DeviceBackend) -> torch.nn.
     net = getattr(model, "net", None)
     if net is None or is_compiled(model):
         return model
+    use_persistent_compile_cache()
     backend.compile(net)
     return model
 

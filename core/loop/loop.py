@@ -38,6 +38,7 @@ from trm.hardware import HardwareProfile
 from trm.init_from import start_from_weights
 from trm.loop import requests
 from trm.loop.checkpoints import Checkpointer, CheckpointSchedule
+from trm.loop.compile_record import StepClock, follow_checkpoint_compile
 from trm.loop.data_parallel import DataParallel, Decision
 from trm.loop.device_failure import device_failure, is_device_failure
 from trm.loop.oom_retry import take_step
@@ -114,6 +115,7 @@ class Trainer:
         self.process = psutil.Process()
         self.stop_step = 0
         self.clock = Stopwatch(0.0)
+        self.step_clock = StepClock(runtime.compile_key, runtime.compile)
 
     def fit(self) -> dict[str, Any]:
         """Train to the end of the schedule (or ``max_steps``); returns summary.json's content.
@@ -197,6 +199,8 @@ class Trainer:
             )
             if self.init_from is not None:
                 start_from_weights(state, self.pm, self.init_from, self.journal.log)
+            if self.runtime.compile_by_planner:
+                follow_checkpoint_compile(state, self.journal.log)
         except BaseException:
             data.reader.close()
             raise
@@ -236,10 +240,12 @@ class Trainer:
         sums = take_step(state, batch, self.setup, self.pm, control, self.journal)
         state.step += 1
         state.samples += int(sums["rows"])
+        step_s = time.perf_counter() - started_s
+        self.step_clock.add(step_s)
         record = step_record(
             state,
             sums,
-            time.perf_counter() - started_s,
+            step_s,
             self.process.memory_info().rss,
             backend.step_peak_mb(device),
         )
@@ -415,6 +421,8 @@ class Trainer:
                 (self.run_dir / "summary.json").write_text(text, encoding="utf-8")
             except OSError as exc:
                 self.journal.log(f"warning: summary.json could not be written ({exc})")
+        if self.parallel.world.is_first and stopped != "failed":
+            self.step_clock.record()
         self.pm.hook.on_train_end(state=state, summary=summary)
         return summary
 

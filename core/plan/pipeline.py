@@ -22,6 +22,7 @@ from trm.errors import TrmError
 from trm.hardware import HardwareProfile, merge_profiles
 from trm.memory import MODES, MemoryEstimate, collect_estimate
 from trm.model.dense_optimizer import check_builds
+from trm.plan.compile_choice import settle_compile
 from trm.plan.dataset import dataset_shape, find_data_source
 from trm.plugin_manager import TrmPluginManager
 from trm.runtime import RuntimeChoice
@@ -244,6 +245,7 @@ def plan_run(
     hardware = hardware if hardware is not None else detect_hardware(pm)
     runtime = choose_runtime(pm, spec, hardware)
     dataset = dataset_shape(pm, spec, run_dir, log, build=build_data)
+    runtime = settle_compile(runtime, spec, dataset, hardware)
     choose_reader(spec, dataset, hardware)  # refuses a memory reader that cannot fit, up front
     estimate = estimate_memory(pm, spec, hardware, runtime, dataset)
     adapted, changes = spec, ()
@@ -252,6 +254,7 @@ def plan_run(
     if adapted != spec:
         if adapted.runtime != spec.runtime:
             runtime = choose_runtime(pm, adapted, hardware)
+            runtime = settle_compile(runtime, adapted, dataset, hardware)
         estimate = estimate.for_spec(adapted)
     reader = choose_reader(adapted, dataset, hardware)
     return Plan(spec, adapted, mode, hardware, runtime, dataset, estimate, changes, reader)

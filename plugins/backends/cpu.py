@@ -12,7 +12,7 @@ import torch
 
 from trm import hookimpl
 from trm.control import TrainControl
-from trm.device.compile import choose_compile, cpp_compiler
+from trm.device.compile import choose_compile, cpp_compiler, planner_decides
 from trm.device.contract import DeviceBackend
 from trm.device.host_memory import IdleMemoryValve
 from trm.device.host_memory import is_supported as host_memory_reuse_supported
@@ -133,6 +133,7 @@ def configure_cpu(
         precision=precision,
         threads=threads,
         compile=compile_on,
+        compile_by_planner=planner_decides(runtime.compile, CPU, large),
         notes=tuple(notes),
         reuse_host_memory=reuse,
         backend=CPU,

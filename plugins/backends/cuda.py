@@ -25,7 +25,7 @@ import torch
 from attrs import frozen
 
 from trm import hookimpl
-from trm.device.compile import c_compiler, choose_compile, python_headers
+from trm.device.compile import c_compiler, choose_compile, planner_decides, python_headers
 from trm.device.contract import DeviceBackend
 from trm.device.transfer import pinned_to_device
 from trm.errors import TrmError
@@ -324,6 +324,7 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
         precision=precision,
         threads=threads,
         compile=compile_on,
+        compile_by_planner=planner_decides(runtime.compile, CUDA, large),
         notes=tuple(notes),
         backend=CUDA,
     )

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import statistics
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,10 +36,11 @@ import torch
 from attrs import frozen
 
 from trm.data.shape import read_shape
+from trm.device.compile_ledger import cache_answer, compile_cache_counts, record_measurement
 from trm.device.oom import is_out_of_memory
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile
-from trm.measure.flops import ModelFlops, model_flops
+from trm.measure.flops import ModelFlops, matmul_bound, model_flops
 from trm.measure.loop_timing import (
     BENCH_OFF,
     LoopTiming,
@@ -49,6 +51,7 @@ from trm.measure.loop_timing import (
     time_plain_loop,
 )
 from trm.memory import DEFAULT_MODE
+from trm.plan.compile_choice import compile_key
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import plan_run
 from trm.plugin_manager import load_plugins
@@ -111,6 +114,12 @@ class BenchResult:
     # the fraction of query-key pairs attention computes (arch.attention_window; 1.0 dense),
     # which the FLOPs per sample already count
     attention_density: float = 1.0
+    # compiled: the seconds compiling added to the warm-up steps (their time above that many
+    # median steps) and what torch's on-disk caches answered (warm, cold, unknown); None eager
+    compile_s: float | None = None
+    compile_cache: str | None = None
+    # where a small network's step was recorded for the compile decision (None: not recorded)
+    compile_ledger_key: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -220,6 +229,7 @@ def run_bench(
     peak_s: float = 1.5,
     plain_batch_size: int | None = None,
     device_name: str | None = None,
+    hardware: HardwareProfile | None = None,
 ) -> BenchResult:
     """Measure trm (and the plain eager fp32 loop) on ``spec``; see the module docstring.
 
@@ -228,7 +238,9 @@ def run_bench(
     GEMM peak measurement. The plain loop trains ``plain_batch_size`` samples a step
     (None: ``batch_size``; see :func:`choose_batches`). A loop that runs out of device memory
     is a TrmError naming the loop and its batch. ``device_name`` (the GPU's name as its
-    driver reports it) adds MFU against its datasheet peak where the table knows it.
+    driver reports it) adds MFU against its datasheet peak where the table knows it. With
+    ``hardware``, a small network's step goes into the compile ledger
+    (:func:`record_small_network`).
     """
     bench = _Bench(
         spec, runtime, requested_plugins, steps, warmup, batch_size, plain_batch_size or batch_size
@@ -240,7 +252,11 @@ def run_bench(
     finally:
         if owned:
             shutil.rmtree(root, ignore_errors=True)
-    return _result(bench, measured, datasheet_peak(device_name), device_name)
+    result = _result(bench, measured, datasheet_peak(device_name), device_name)
+    if hardware is None:
+        return result
+    timed_spec = bench_spec(spec, batch_size, warmup + steps)
+    return record_small_network(result, timed_spec, runtime, hardware, measured.seq_len)
 
 
 @frozen
@@ -275,6 +291,8 @@ class _Measured:
     trm_load: OtherLoad
     plain: LoopTiming | None
     plain_load: OtherLoad | None
+    seq_len: int = 0
+    compile_cache: str | None = None
 
 
 def _measure(
@@ -302,8 +320,10 @@ def _measure(
         f"samples ({runtime.precision}, {'compiled' if runtime.compile else 'eager'})"
     )
     spec_b = bench_spec(spec, bench.batch_size, bench.warmup + bench.steps)
+    cache_before = compile_cache_counts()
     with OtherLoad() as trm_load, _memory_error(runtime, "trm's loop", bench.batch_size):
         trm_timing = time_loop(spec_b, runtime, bench.plugins, data_dir, root / "trm", bench.warmup)
+    cache = cache_answer(cache_before, compile_cache_counts()) if runtime.compile else None
     log("measuring the matmul peak again (the higher of the two is kept)")
     peaks.append(peak(precision))
     if fp32_too:
@@ -316,6 +336,8 @@ def _measure(
         trm_load=trm_load,
         plain=plain_timing,
         plain_load=plain_load,
+        seq_len=shape.seq_len,
+        compile_cache=cache,
     )
 
 
@@ -355,6 +377,9 @@ def _result(
     plain_gflops = plain_rate * per_sample / 1e9 if plain_rate else None
     mfu_basis = f"measured {precision} GEMM peak, {peak.gflops:.0f} GFLOP/s"
     mfu_sheet = achieved / sheet.gflops if sheet else None
+    compile_s = None
+    if runtime.compile:
+        compile_s = compile_seconds(trm_timing.warmup_s, trm_timing.step_s)
     return BenchResult(
         spec=bench.spec.name,
         device=runtime.device,
@@ -397,7 +422,43 @@ def _result(
         headline_mfu=mfu_sheet if sheet else achieved / peak.gflops,
         headline_mfu_basis=sheet.describe() if sheet else mfu_basis,
         attention_density=flops.attention_density,
+        compile_s=compile_s,
+        compile_cache=measured.compile_cache,
     )
+
+
+def compile_seconds(warmup_s: tuple[float, ...], step_s: tuple[float, ...]) -> float | None:
+    """The seconds compiling added to the warm-up steps: their time above as many median
+    timed steps (None without timed steps)."""
+    if not step_s:
+        return None
+    return max(0.0, sum(warmup_s) - len(warmup_s) * statistics.median(step_s))
+
+
+def record_small_network(
+    result: BenchResult,
+    timed_spec: RunSpec,
+    runtime: RuntimeChoice,
+    hardware: HardwareProfile,
+    seq_len: int,
+) -> BenchResult:
+    """A small network's timed step (and compile seconds) into the compile ledger, as a run
+    of this batch would record it (:mod:`trm.loop.compile_record`); ``result`` with the key
+    it went under (unchanged for a large network, or when the ledger is off)."""
+    if matmul_bound(timed_spec.arch) or not result.step_s:
+        return result
+    key = compile_key(timed_spec, runtime, hardware, seq_len)
+    step_s = statistics.median(result.step_s)
+    if result.compiled:
+        written = record_measurement(
+            key,
+            compiled_step_s=step_s,
+            compile_s=result.compile_s,
+            compile_cache=result.compile_cache or "unknown",
+        )
+    else:
+        written = record_measurement(key, eager_step_s=step_s)
+    return attrs.evolve(result, compile_ledger_key=key) if written else result
 
 
 @contextlib.contextmanager

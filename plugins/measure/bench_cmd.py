@@ -79,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         peak_s=args.peak_seconds,
         plain_batch_size=batches.plain,
         device_name=accelerator_name(hardware, batches.runtime.device),
+        hardware=hardware,
     )
     if args.json:
         print_json(result.to_dict())
@@ -102,6 +103,11 @@ def print_table(r: BenchResult) -> None:
     if r.mfu_datasheet is not None:
         table.add_row(f"MFU ({r.mfu_datasheet_basis})", f"{r.mfu_datasheet:.3f}")
     table.add_row(f"MFU ({r.mfu_basis})", f"{r.mfu:.3f}")
+    if r.compile_s is not None:
+        table.add_row("compile seconds (warm-up above its steps)", f"{r.compile_s:.1f} s")
+        table.add_row("torch's on-disk compile cache", r.compile_cache or "unknown")
+    if r.compile_ledger_key is not None:
+        table.add_row("recorded for the compile decision", "yes (trm's compile ledger)")
     if r.plain_samples_per_s is not None:
         plain_batch = "" if r.plain_batch_size == r.batch_size else f", batch {r.plain_batch_size}"
         table.add_row(f"samples/s (plain eager fp32{plain_batch})", f"{r.plain_samples_per_s:.3f}")

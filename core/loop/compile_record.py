@@ -1,0 +1,68 @@
+"""What a run measured for the small-network compile decision, written to the compile ledger
+(:mod:`trm.device.compile_ledger`) when the run ends; and a resumed run keeping the decision
+its checkpoint ran under.
+
+A run whose compilation the planner decided (``RuntimeChoice.compile_key`` is set) records
+its warm step time (the median of its steps after :data:`WARM_AFTER_STEPS`) as the eager or
+the compiled step of its key; a compiled run also records what compiling cost: its first
+step's seconds above that median, and whether torch's on-disk caches were warm. A run that
+took fewer than :data:`MIN_TIMED_STEPS` warm steps records nothing (too few to trust).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+from trm.device.compile import compile_network, is_compiled, uncompile_network
+from trm.device.compile_ledger import cache_answer, compile_cache_counts, record_measurement
+from trm.state import TrainState
+
+WARM_AFTER_STEPS = 3  # the first steps compile, fill caches and grow the heap
+MIN_TIMED_STEPS = 5
+
+
+class StepClock:
+    """Seconds of each step this process took, and torch's compile-cache counts at the
+    start, for :meth:`record`."""
+
+    def __init__(self, key: str | None, compiled: bool) -> None:
+        self.key, self.compiled = key, compiled
+        self.seconds: list[float] = []
+        self.cache_before = compile_cache_counts()
+
+    def add(self, seconds: float) -> None:
+        if self.key is not None:
+            self.seconds.append(seconds)
+
+    def record(self) -> bool:
+        """Write the run's figures to the ledger; False when there was nothing to write or
+        the ledger could not be written."""
+        warm = self.seconds[WARM_AFTER_STEPS:]
+        if self.key is None or len(warm) < MIN_TIMED_STEPS:
+            return False
+        step_s = statistics.median(warm)
+        if not self.compiled:
+            return record_measurement(self.key, eager_step_s=step_s)
+        return record_measurement(
+            self.key,
+            compiled_step_s=step_s,
+            compile_s=max(0.0, sum(self.seconds[:WARM_AFTER_STEPS]) - WARM_AFTER_STEPS * step_s),
+            compile_cache=cache_answer(self.cache_before, compile_cache_counts()),
+        )
+
+
+def follow_checkpoint_compile(state: TrainState, log: Callable[[str], None]) -> None:
+    """A resumed run whose compilation the planner decided runs as its checkpoint ran
+    (compiled or eager), whatever the ledger says now: the ledger learns from every run, so
+    the verdict may change between the two starts, and the same arithmetic at every step
+    keeps a resumed run's weights those of an uninterrupted one."""
+    wanted = state.checkpoint_compiled
+    if wanted is None or wanted == is_compiled(state.model):
+        return
+    if wanted:
+        compile_network(state.model, state.backend)
+    else:
+        uncompile_network(state.model)
+    how = "compiled" if wanted else "eager"
+    log(f"running the network {how}, as the run did before its checkpoint at step {state.step}")
