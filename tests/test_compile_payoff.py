@@ -85,6 +85,14 @@ def test_an_unwritable_ledger_is_skipped(tmp_path: Path, monkeypatch) -> None:
     assert read_ledger() == {}
 
 
+def test_a_ledger_path_that_is_a_folder_is_skipped_and_leaves_nothing(tmp_path, monkeypatch):
+    folder = tmp_path / "ledger.json"
+    folder.mkdir()
+    monkeypatch.setenv("TRM_COMPILE_LEDGER", str(folder))
+    assert not record_measurement("k", eager_step_s=1.0)
+    assert read_ledger() == {} and sorted(p.name for p in tmp_path.iterdir()) == ["ledger.json"]
+
+
 def test_off_reads_and_writes_nothing(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("TRM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TRM_COMPILE_LEDGER", "off")
