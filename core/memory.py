@@ -50,7 +50,8 @@ class StepMemory:
     grad-carrying calls; one call's with activation checkpointing). ``reallocated_bytes``:
     the tensors freed and allocated again every micro-batch (the activations and the step's
     transients). ``gradient_bytes``: the float32 gradients. ``world_size``: the processes of
-    a torchrun job (1 without torchrun).
+    a torchrun job (1 without torchrun). ``graphs``: the compiled step is replayed as device
+    graphs (``RuntimeChoice.graphs``), whose private memory pool keeps what they allocate.
     """
 
     activation_tensor_bytes: tuple[int, ...]
@@ -58,6 +59,7 @@ class StepMemory:
     reallocated_bytes: int
     gradient_bytes: int
     world_size: int = 1
+    graphs: bool = False
 
 
 @frozen

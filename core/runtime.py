@@ -22,6 +22,9 @@ class RuntimeChoice:
     (:mod:`trm.plan.compile_choice`); a resumed run then keeps what its checkpoint ran.
     ``compile_key``: the compile ledger's key for this run's step, set by the planner; the
     loop records the run's step time under it (:mod:`trm.loop.compile_record`).
+    ``graphs``: where the network is compiled, replay its kernels as device graphs (CUDA
+    graphs, ``runtime.cuda_graphs``); a capture that fails falls back to compiled kernels
+    without graphs, with one line (:mod:`trm.loop.oom_retry`).
     """
 
     device: str
@@ -32,6 +35,7 @@ class RuntimeChoice:
     reuse_host_memory: bool = False
     compile_by_planner: bool = False
     compile_key: str | None = None
+    graphs: bool = False
     backend: DeviceBackend = field(default=HOST, eq=False, repr=False)
 
     @property

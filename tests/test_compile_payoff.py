@@ -85,6 +85,14 @@ def test_an_unwritable_ledger_is_skipped(tmp_path: Path, monkeypatch) -> None:
     assert read_ledger() == {}
 
 
+def test_a_ledger_path_that_is_a_folder_is_skipped_and_leaves_nothing(tmp_path, monkeypatch):
+    folder = tmp_path / "ledger.json"
+    folder.mkdir()
+    monkeypatch.setenv("TRM_COMPILE_LEDGER", str(folder))
+    assert not record_measurement("k", eager_step_s=1.0)
+    assert read_ledger() == {} and sorted(p.name for p in tmp_path.iterdir()) == ["ledger.json"]
+
+
 def test_off_reads_and_writes_nothing(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("TRM_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TRM_COMPILE_LEDGER", "off")
@@ -139,8 +147,8 @@ def test_measured_figures_replace_the_priors() -> None:
 
 
 def test_a_time_budget_weighs_the_budget_not_the_steps() -> None:
-    assert small_network_verdict(PlannedWork(budget_s=1800), None).compile  # 360 s > 30 s
-    assert not small_network_verdict(PlannedWork(budget_s=60), None).compile  # 12 s < 30 s
+    assert small_network_verdict(PlannedWork(budget_s=1800), None).compile  # 180 s > 30 s
+    assert not small_network_verdict(PlannedWork(budget_s=120), None).compile  # 12 s < 30 s
 
 
 def test_unknown_steps_stay_eager() -> None:
@@ -163,13 +171,13 @@ def _plan(spec_path: Path, tmp_path: Path, *overrides: str):
 
 def test_the_planner_settles_auto_from_the_ledger(ledger, tiny_data, tmp_path) -> None:
     spec_path = write_spec(tmp_path, tiny_data)
-    first = _plan(spec_path, tmp_path, "train.max_steps=2000")
+    first = _plan(spec_path, tmp_path, "train.max_steps=4000")
     assert first.runtime.compile_by_planner and not first.runtime.compile
     assert first.runtime.compile_key is not None and "not measured" in first.runtime.notes[-1]
     key = first.runtime.compile_key
     assert "hidden 16" in key and "positions 17" in key and "rows 4" in key  # its micro-batch
-    record_measurement(key, eager_step_s=0.1)  # 2000 x 0.1 s x 20% = 40 s > 30 s
-    second = _plan(spec_path, tmp_path, "train.max_steps=2000")
+    record_measurement(key, eager_step_s=0.1)  # 4000 x 0.1 s x 10% = 40 s > 30 s
+    second = _plan(spec_path, tmp_path, "train.max_steps=4000")
     assert second.runtime.compile and second.runtime.notes[-1].startswith("compiling")
     short = _plan(spec_path, tmp_path, "train.max_steps=100")
     assert not short.runtime.compile and "would not pay" in short.runtime.notes[-1]
@@ -249,3 +257,27 @@ def test_bench_records_a_small_networks_step_and_says_so(ledger, tiny_data, tmp_
     assert key is not None and lookup(key).eager_step_s == pytest.approx(
         sorted(document["step_s"])[1]
     )
+
+
+# ------------------------------------------------------------ benchmarks/compile_payoff.py
+
+
+def test_the_payoff_summary_is_the_median_saving_and_the_break_even_steps() -> None:
+    from tests.test_peers_benchmark import _load
+
+    payoff = _load("compile_payoff")
+    runs = {
+        "eager": [{"step_s_median": 0.5}, {"step_s_median": 0.7}],
+        "compiled, cold cache": [{"step_s_median": 0.4, "compile_s": 30.0}],
+        "compiled, warm cache": [{"step_s_median": 0.4, "compile_s": 3.0}, {"error": "x"}],
+    }
+    summary = payoff.summarise(runs)
+    assert summary["eager_step_s"] == pytest.approx(0.6)
+    assert summary["saving"] == pytest.approx(1 / 3)
+    assert summary["pays_after_steps_cold"] == pytest.approx(150.0)
+    assert summary["pays_after_steps_warm"] == pytest.approx(15.0)
+    document = {"batch": 128, "specs": [{"spec": "quickstart", "summary": summary}]}
+    (row,) = payoff.table_rows(document)
+    assert row[:5] == ["quickstart", "128", "0.600", "0.400", "33%"] and row[-2:] == ["150", "15"]
+    slower = payoff.summarise({**runs, "compiled, warm cache": [{"step_s_median": 0.9}]})
+    assert slower["saving"] < 0 and slower["pays_after_steps_cold"] is None

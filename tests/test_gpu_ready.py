@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 
+import attrs
 import pytest
 import torch
 import torch._dynamo.exc as dynamo_exc
@@ -131,6 +132,47 @@ def test_a_compile_failure_at_the_first_step_runs_the_step_again_eager(
     lines = [line for line in err.splitlines() if "torch.compile failed" in line]
     assert len(lines) == 1 and "BackendCompilerFailed" in lines[0] and "eager" in lines[0]
     assert [e["step"] for e in events(failed, "compile_failed")] == [1]
+    assert summary(failed)["final_weights_sha256"] == summary(eager)["final_weights_sha256"]
+
+
+def test_a_failed_graph_capture_runs_the_step_again_compiled_without_graphs(
+    tiny_data, tmp_path, monkeypatch, capsys
+):
+    """CUDA graphs fall back, said once: a runtime that replays graphs (as the cuda backend's
+    with runtime.cuda_graphs) whose capture fails at the first step takes that step again
+    compiled without graphs (here a stand-in compile that runs the network as it is), and
+    the run ends with the weights of an eager run."""
+    eager = tmp_path / "eager"
+    assert main(["run", str(write_spec(tmp_path / "a", tiny_data)), "--out", str(eager)]) == 0
+    compiled: list[bool] = []
+
+    def graph_compile(net, graphs=False):
+        compiled.append(graphs)
+
+        def capturing(*args, **kwargs):
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+        net._compiled_call_impl = capturing if graphs else net.forward
+
+    configure = cpu.configure_cpu
+
+    def with_graphs(*args, **kwargs):
+        choice = configure(*args, **kwargs)
+        return attrs.evolve(choice, graphs=True) if choice is not None else None
+
+    monkeypatch.setattr(cpu.CPU, "compile", graph_compile)
+    monkeypatch.setattr(cpu, "cpp_compiler", lambda: "/usr/bin/g++")
+    monkeypatch.setattr(cpu, "configure_cpu", with_graphs)
+    spec = write_spec(tmp_path / "b", tiny_data)
+    failed = tmp_path / "graphs"
+    capsys.readouterr()
+    code = main(["run", str(spec), "--out", str(failed), "--set", "runtime.compile=on"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if "device graphs failed" in line]
+    assert len(lines) == 1 and "capturing" in lines[0] and "without them" in lines[0]
+    assert compiled == [True, False]
+    assert [e["step"] for e in events(failed, "graphs_failed")] == [1]
     assert summary(failed)["final_weights_sha256"] == summary(eager)["final_weights_sha256"]
 
 

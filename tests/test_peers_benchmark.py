@@ -73,6 +73,18 @@ def test_a_peer_not_given_or_not_installed_is_a_row_that_says_so(peers, tmp_path
     assert missing["lucidrains"].startswith("not installed")
     args.reference = tmp_path  # a folder that is no checkout
     assert "not importable" in peers.peer_rows_unavailable(args)["official"]
+    args.peers = ["official-fp32"]  # the official code at fp32 needs the same checkout
+    assert "not importable" in peers.peer_rows_unavailable(args)["official-fp32"]
+    args.reference = None
+    assert peers.peer_rows_unavailable(args)["official-fp32"].startswith("not given")
+
+
+def test_the_peers_and_trms_overrides_are_parsed(peers, tmp_path):
+    args = peers.parse_args(["--peers", "official-fp32", "--set", "runtime.compile=on"])
+    assert args.peers == ["official-fp32"] and args.set == ["runtime.compile=on"]
+    assert peers.parse_args([]).peers == ["official", "lucidrains"]
+    with pytest.raises(TrmError, match="unknown official-bf32"):
+        peers.parse_args(["--peers", "official-bf32"])
 
 
 CANNED = {
@@ -240,3 +252,8 @@ def test_the_official_model_trains_a_step_on_trms_quickstart_data(tmp_path, monk
     assert peer.batch_size == 8 and peer.ema is not None
     assert any("AdamW in place of the official AdamATan2" in n for n in peer.notes)
     json.dumps(losses)
+    fp32 = official_step(
+        Path(REFERENCE), spec, shape, Batches(spec, data_dir, 8, "cpu"), "cpu", 4,
+        forward_dtype="float32",
+    )  # fmt: skip
+    assert fp32.name == "official-fp32" and fp32.precision == "fp32" and fp32.step() > 0

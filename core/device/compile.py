@@ -103,19 +103,38 @@ def planner_decides(setting: str, backend: DeviceBackend, large_network: bool) -
     return (dynamo_unavailable_reason() or backend.compile_unavailable_reason()) is None
 
 
-def compile_network(model: torch.nn.Module, backend: DeviceBackend) -> torch.nn.Module:
+def compile_network(
+    model: torch.nn.Module, backend: DeviceBackend, graphs: bool = False
+) -> torch.nn.Module:
     """Compile ``model.net`` in place with ``backend``; returns ``model``.
 
     The first shapes compile static; a later shape (an evaluation batch, a smaller
-    micro-batch) recompiles once with dynamic sizes. Idempotent: an already compiled network
-    is left as it is.
+    micro-batch) recompiles once with dynamic sizes. ``graphs``: replay the compiled kernels
+    as device graphs where the backend has them (CUDA graphs). Idempotent: an already
+    compiled network is left as it is.
     """
     net = getattr(model, "net", None)
     if net is None or is_compiled(model):
         return model
     use_persistent_compile_cache()
-    backend.compile(net)
+    if graphs:
+        backend.compile(net, graphs=True)
+    else:  # a backend written before device graphs takes the network alone
+        backend.compile(net)
+    net._trm_graphs = graphs
     return model
+
+
+def uses_graphs(model: torch.nn.Module) -> bool:
+    """Whether ``model.net`` was compiled to replay device graphs."""
+    net = getattr(model, "net", None)
+    return is_compiled(model) and bool(getattr(net, "_trm_graphs", False))
+
+
+def compile_without_graphs(model: torch.nn.Module, backend: DeviceBackend) -> None:
+    """Compile ``model.net`` again, without device graphs (after their capture failed)."""
+    uncompile_network(model)
+    compile_network(model, backend, graphs=False)
 
 
 def is_compiled(model: torch.nn.Module) -> bool:
@@ -129,6 +148,7 @@ def uncompile_network(model: torch.nn.Module) -> None:
     net = getattr(model, "net", None)
     if net is not None:
         net._compiled_call_impl = None
+        net._trm_graphs = False
 
 
 def is_compile_failure(error: BaseException) -> bool:
@@ -142,6 +162,29 @@ def is_compile_failure(error: BaseException) -> bool:
             ("Error", "Failed")
         ):
             return kind.__name__ not in ("Unsupported", "UserError")
+    return False
+
+
+# Where torch records and replays CUDA graphs: an error raised from these files is a failed
+# capture or replay, whatever its type (CUDA reports them as plain RuntimeErrors).
+_GRAPH_FILES = ("_inductor/cudagraph_trees.py", "_inductor/cudagraph_utils.py", "cuda/graphs.py")
+
+
+def is_graph_failure(error: BaseException) -> bool:
+    """True when ``error`` comes from capturing or replaying device graphs: a compile
+    failure (:func:`is_compile_failure`), an error raised in torch's CUDA-graph code (read
+    from the traceback, so call it before dropping the frames), or CUDA's own complaint about
+    an operation during a capture."""
+    if is_compile_failure(error):
+        return True
+    if "capturing" in str(error).lower():
+        return True
+    tb = error.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+        if filename.endswith(_GRAPH_FILES):
+            return True
+        tb = tb.tb_next
     return False
 
 

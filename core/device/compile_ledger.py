@@ -121,15 +121,19 @@ def record_measurement(key: str, path: Path | None = None, **measured: Any) -> b
         "version": LEDGER_VERSION,
         "entries": {k: attrs.asdict(v) for k, v in sorted(entries.items())},
     }
+    partial: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(
             "w", dir=path.parent, prefix=".ledger-", suffix=".tmp", delete=False
         ) as handle:
+            partial = Path(handle.name)
             json.dump(document, handle, indent=1)
             handle.write("\n")
-        os.replace(handle.name, path)
+        os.replace(partial, path)
     except OSError:
+        if partial is not None:
+            partial.unlink(missing_ok=True)
         return False
     return True
 

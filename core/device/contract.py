@@ -192,9 +192,11 @@ class DeviceBackend:
 
     # ---- compiling ------------------------------------------------------------------------
 
-    def compile(self, net: torch.nn.Module) -> None:
+    def compile(self, net: torch.nn.Module, graphs: bool = False) -> None:
         """Compile ``net`` in place (state-dict keys unchanged); called only when the
-        runtime chose to compile."""
+        runtime chose to compile. ``graphs``: the runtime asked for the compiled kernels to
+        be replayed as device graphs (``RuntimeChoice.graphs``; only a backend that has them
+        acts on it)."""
         net.compile()
 
     # ---- data parallelism and saving ------------------------------------------------------

@@ -52,7 +52,9 @@ class StepClock:
         )
 
 
-def follow_checkpoint_compile(state: TrainState, log: Callable[[str], None]) -> None:
+def follow_checkpoint_compile(
+    state: TrainState, log: Callable[[str], None], graphs: bool = False
+) -> None:
     """A resumed run whose compilation the planner decided runs as its checkpoint ran
     (compiled or eager), whatever the ledger says now: the ledger learns from every run, so
     the verdict may change between the two starts, and the same arithmetic at every step
@@ -61,7 +63,7 @@ def follow_checkpoint_compile(state: TrainState, log: Callable[[str], None]) -> 
     if wanted is None or wanted == is_compiled(state.model):
         return
     if wanted:
-        compile_network(state.model, state.backend)
+        compile_network(state.model, state.backend, graphs=graphs)
     else:
         uncompile_network(state.model)
     how = "compiled" if wanted else "eager"

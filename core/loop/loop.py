@@ -200,7 +200,7 @@ class Trainer:
             if self.init_from is not None:
                 start_from_weights(state, self.pm, self.init_from, self.journal.log)
             if self.runtime.compile_by_planner:
-                follow_checkpoint_compile(state, self.journal.log)
+                follow_checkpoint_compile(state, self.journal.log, self.runtime.graphs)
         except BaseException:
             data.reader.close()
             raise

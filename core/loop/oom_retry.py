@@ -8,7 +8,9 @@ the same exploration draws. With neither the run fails.
 
 A compiled network whose compilation fails at the step (torch.compile compiles lazily: a
 missing toolchain shows only then) is undone the same way and the step runs again eager,
-with one line saying why (:mod:`trm.device.compile`).
+with one line saying why (:mod:`trm.device.compile`). A network compiled to replay device
+graphs (CUDA graphs) whose capture fails first runs again compiled without graphs, with one
+line; a second failure then runs it eager.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ import numpy as np
 from trm.control import TrainControl, fit_micro_batch
 from trm.device.compile import (
     compile_failure_summary,
+    compile_without_graphs,
     is_compile_failure,
     is_compiled,
+    is_graph_failure,
     uncompile_network,
+    uses_graphs,
 )
 from trm.device.oom import is_out_of_memory
 from trm.device.rng import capture_rng, restore_rng
@@ -49,12 +54,22 @@ def take_step(
             return attempt_step(state, batch, setup)
         except Exception as exc:
             compile_failed = is_compiled(state.model) and is_compile_failure(exc)
-            if not compile_failed and not is_out_of_memory(exc, backend):
+            graphs_failed = uses_graphs(state.model) and is_graph_failure(exc)
+            if not (compile_failed or graphs_failed) and not is_out_of_memory(exc, backend):
                 raise
             error = exc.with_traceback(None)  # drop the frames that hold activations
         for opt in state.optimizers:
             opt.zero_grad(set_to_none=True)
         restore_rng(rng, backend, device)
+        if graphs_failed:
+            compile_without_graphs(state.model, backend)
+            journal.event(state.step + 1, "graphs_failed", quiet=True, error=str(error)[:500])
+            journal.log(
+                f"capturing the step as device graphs failed ({compile_failure_summary(error)}); "
+                "running compiled without them from here (set runtime.cuda_graphs = 'off' to "
+                "skip the attempt)"
+            )
+            continue
         if compile_failed:
             uncompile_network(state.model)
             journal.event(state.step + 1, "compile_failed", quiet=True, error=str(error)[:500])

@@ -175,7 +175,7 @@ def new_state(
     # memory-guard may switch it on after an out-of-memory error
     model.set_activation_checkpointing(spec.runtime.activation_checkpointing == "on")
     if runtime.compile:
-        compile_network(model, runtime.backend)
+        compile_network(model, runtime.backend, graphs=runtime.graphs)
     return TrainState(
         spec=spec,
         model=model,

@@ -65,6 +65,12 @@ def choose_runtime(pm: TrmPluginManager, spec: RunSpec, hardware: HardwareProfil
             f"no backend plugin can run runtime.device={spec.runtime.device!r} here; "
             "use runtime.device='auto' or enable the backend plugin (trm plugins lists them)"
         )
+    if spec.runtime.cuda_graphs == "on" and not choice.graphs:
+        raise TrmError(
+            f"runtime.cuda_graphs = 'on' but the run is on {choice.device} "
+            f"({choice.backend_name}), which replays no CUDA graphs; set runtime.cuda_graphs "
+            "= 'auto' or 'off'"
+        )
     return choice
 
 

@@ -31,6 +31,7 @@ from trm.spec.overrides import apply_overrides, parse_override
 from trm.spec.schema import (
     ACTIVATION_CHECKPOINTING_CHOICES,
     COMPILE_CHOICES,
+    CUDA_GRAPHS_CHOICES,
     DEVICE_NAME,
     HOST_MEMORY_CHOICES,
     LOSSES,
@@ -53,6 +54,7 @@ __all__ = [
     "ACTIVATION_CHECKPOINTING_CHOICES",
     "COMPILE_CHOICES",
     "CONVERTER",
+    "CUDA_GRAPHS_CHOICES",
     "DEVICE_NAME",
     "HOST_MEMORY_CHOICES",
     "LOSSES",

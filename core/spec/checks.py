@@ -10,6 +10,7 @@ from trm.errors import TrmError
 from trm.spec.schema import (
     ACTIVATION_CHECKPOINTING_CHOICES,
     COMPILE_CHOICES,
+    CUDA_GRAPHS_CHOICES,
     DEVICE_NAME,
     HOST_MEMORY_CHOICES,
     LOSSES,
@@ -200,6 +201,11 @@ def validate(spec: RunSpec, where: str) -> None:
     )
     need(r.precision in PRECISIONS, "runtime.precision", f"must be one of {PRECISIONS}")
     need(r.compile in COMPILE_CHOICES, "runtime.compile", f"must be one of {COMPILE_CHOICES}")
+    need(
+        r.cuda_graphs in CUDA_GRAPHS_CHOICES,
+        "runtime.cuda_graphs",
+        f"must be one of {CUDA_GRAPHS_CHOICES}",
+    )
     need(
         r.host_memory in HOST_MEMORY_CHOICES,
         "runtime.host_memory",

@@ -20,6 +20,7 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 # (trm.plan.backends).
 DEVICE_NAME = re.compile(r"^[a-z][a-z0-9_.-]*(:[0-9]+)?$")
 COMPILE_CHOICES = ("auto", "on", "off")
+CUDA_GRAPHS_CHOICES = ("auto", "on", "off")
 HOST_MEMORY_CHOICES = ("auto", "reuse", "system")
 ACTIVATION_CHECKPOINTING_CHOICES = ("auto", "on", "off")
 READERS = ("auto", "memory", "stream")
@@ -187,6 +188,9 @@ class RuntimeSpec:
     # (trm.model.trm): on, off, or auto (the tier chooses; off unless it fits a larger
     # micro-batch that is faster per sample; memory-guard may switch it on after OOM)
     activation_checkpointing: str = "auto"
+    # replay the compiled network's kernels as CUDA graphs (torch.compile's "reduce-overhead"
+    # mode): auto (on where the CUDA backend compiles), on, off; other backends have none
+    cuda_graphs: str = "auto"
 
 
 @frozen

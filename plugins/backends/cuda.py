@@ -10,6 +10,14 @@ and its model for the estimate (:mod:`.cuda_allocator`), ``torch.OutOfMemoryErro
 GPU's RNG, NCCL for collectives, Inductor through Triton (which needs a C compiler and the
 Python headers besides the ``triton`` package).
 
+CUDA graphs (``runtime.cuda_graphs``, :func:`choose_cuda_graphs`): where the network is
+compiled, torch.compile's ``reduce-overhead`` mode records its kernels as CUDA graphs
+(cudagraph trees) and replays them, one launch for many; each optimizer step is marked as a
+new replay (``torch.compiler.cudagraph_mark_step_begin``). A capture that fails runs compiled
+without graphs from there (:mod:`trm.loop.oom_retry`); a graph torch declines to capture runs
+unreplayed, said once (:func:`on_step`). Not yet run on a GPU: the one prepared call is
+``bash benchmarks/device_graphs.sh``.
+
 Run on one NVIDIA H200 (``benchmarks/gpu.py``, the acceptance command; its figures are in
 docs/performance.md, "GPU"); torchrun over several GPUs has not run on GPUs yet. Every line
 here is also tested on the CPU with a fake ``torch.cuda`` (tests/test_backends.py,
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from typing import Any
 
 import torch
 from attrs import frozen
@@ -179,6 +188,13 @@ class CudaDevice(DeviceBackend):
     torch_type = "cuda"
     pins_host_batches = True
 
+    def __init__(self) -> None:
+        # whether the network was last compiled to replay CUDA graphs, and torch's count of
+        # declined captures then (the notice is said once, when it grows)
+        self.graphs = False
+        self.skips_at_compile = 0
+        self.skips_said = False
+
     def unavailable_reason(self) -> str | None:
         return None if is_available() else UNAVAILABLE_REASON
 
@@ -231,6 +247,17 @@ class CudaDevice(DeviceBackend):
 
     def begin_step(self, device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
+        if self.graphs:  # a new step: the graphs' outputs of the last one may be reused
+            torch.compiler.cudagraph_mark_step_begin()
+
+    def compile(self, net: torch.nn.Module, graphs: bool = False) -> None:
+        """Compile ``net``; with ``graphs``, in ``reduce-overhead`` mode (CUDA graphs)."""
+        self.graphs = graphs
+        self.skips_at_compile, self.skips_said = cudagraph_skips(), False
+        if graphs:
+            net.compile(mode="reduce-overhead")
+        else:
+            net.compile()
 
     def step_peak_mb(self, device: torch.device) -> float | None:
         return round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
@@ -265,6 +292,48 @@ class CudaDevice(DeviceBackend):
 
 
 CUDA = CudaDevice()
+
+
+def cudagraph_skips() -> int:
+    """torch's count of compiled graphs it ran without capturing them as CUDA graphs."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["cudagraph_skips"])
+
+
+def choose_cuda_graphs(setting: str, can_compile: bool) -> tuple[bool, str | None]:
+    """``runtime.cuda_graphs`` (auto, on, off) where the network can be compiled or not:
+    (replay graphs?, notice). CUDA graphs replay compiled kernels, so they need the network
+    compiled: ``on`` without it is a TrmError; ``auto`` is on wherever it compiles."""
+    if setting == "off":
+        return False, None
+    if not can_compile:
+        if setting == "on":
+            raise TrmError(
+                "runtime.cuda_graphs = 'on' needs the network compiled, and it is not "
+                "(runtime.compile, or torch.compile cannot run here); set runtime.cuda_graphs "
+                "= 'auto' or 'off'"
+            )
+        return False, None
+    return True, (
+        "CUDA graphs: the compiled network's kernels are replayed as graphs "
+        "(runtime.cuda_graphs = 'off' launches them one by one)"
+    )
+
+
+@hookimpl
+def on_step(state: Any, metrics: dict[str, float], control: Any) -> None:
+    """Say once when torch declined to capture part of the compiled step as CUDA graphs
+    (that part runs compiled, launched kernel by kernel)."""
+    if not CUDA.graphs or CUDA.skips_said:
+        return
+    skipped = cudagraph_skips() - CUDA.skips_at_compile
+    if skipped > 0:
+        CUDA.skips_said = True
+        control.log(
+            f"CUDA graphs: torch declined to capture {skipped} compiled graph(s) of the step, "
+            "which run without graph replay (TORCH_LOGS=perf_hints says why)"
+        )
 
 
 @hookimpl
@@ -316,6 +385,10 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
     compile_on, compile_note = choose_compile(runtime.compile, CUDA, large)
     if compile_note:
         notes.append(compile_note)
+    by_planner = planner_decides(runtime.compile, CUDA, large)
+    graphs, graphs_note = choose_cuda_graphs(runtime.cuda_graphs, compile_on or by_planner)
+    if graphs_note:
+        notes.append(graphs_note)
     threads = runtime.threads or max(1, hardware.physical_cores or 1)
     torch.set_num_threads(threads)
     notes.insert(0, f"GPU {gpu.index}: {gpu.describe()}")
@@ -324,7 +397,8 @@ def configure_runtime(spec: RunSpec, hardware: HardwareProfile) -> RuntimeChoice
         precision=precision,
         threads=threads,
         compile=compile_on,
-        compile_by_planner=planner_decides(runtime.compile, CUDA, large),
+        compile_by_planner=by_planner,
+        graphs=graphs,
         notes=tuple(notes),
         backend=CUDA,
     )

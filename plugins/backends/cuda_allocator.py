@@ -47,6 +47,11 @@ NCCL_DEFAULT_BUFFSIZE_BYTES = 4 * MIB
 NCCL_LL_BYTES = 256 * 1024
 NCCL_ASSUMED_CHANNELS = 16
 NCCL_RING_NEIGHBOURS = 2
+# CUDA graphs (torch.compile's cudagraph trees) allocate every tensor a replayed graph makes
+# from a private pool that stays reserved between replays and that eager code (the optimizer,
+# EMA, evaluation) cannot reuse: the step's reallocated tensors are then held once more, in
+# the pool. Counted whole (not measured on a GPU yet: benchmarks/gpu_graphs.sh measures it).
+GRAPH_POOL_FRACTION = 1.0
 
 
 def block_bytes(size_bytes: int) -> int:
@@ -109,6 +114,16 @@ def allocator_items(step: StepMemory) -> list[MemoryItem]:
             "micro-batch (an allowance fitted to one H200 measurement of the quickstart)",
         ),
     ]
+    if step.graphs:
+        items.append(
+            MemoryItem(
+                "CUDA graph pool",
+                int(GRAPH_POOL_FRACTION * step.reallocated_bytes),
+                "device",
+                "the replayed graphs' private pool keeps the step's activations and "
+                "transients reserved between steps (an allowance, not measured on a GPU yet)",
+            )
+        )
     if step.world_size > 1:
         nccl, nccl_note = nccl_buffer_bytes()
         items.append(MemoryItem("NCCL buffers", nccl, "device", nccl_note))

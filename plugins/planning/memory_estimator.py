@@ -756,6 +756,7 @@ def device_step_memory(step: StepPlan, tensors: StepTensors) -> StepMemory:
         reallocated_bytes=tensors.activations + tensors.transient,
         gradient_bytes=F32 * step.sizes.params,
         world_size=step.world,
+        graphs=step.runtime.compile and step.runtime.graphs,
     )
 
 
