@@ -194,30 +194,30 @@ def test_on_and_off_are_never_second_guessed(ledger, tiny_data, tmp_path) -> Non
 
 
 def test_the_step_clock_records_the_warm_median_and_the_compile_seconds(ledger) -> None:
-    eager = StepClock("eager-key", compiled=False)
+    eager = StepClock("eager-key")
     for seconds in [5.0, 1.0, 1.0, 0.2, 0.3, 0.2, 0.25, 0.2]:
         eager.add(seconds)
-    assert eager.record() and lookup("eager-key") == CompileRecord(eager_step_s=0.2)
-    compiled = StepClock("compiled-key", compiled=True)
+    assert eager.record(compiled=False) and lookup("eager-key") == CompileRecord(eager_step_s=0.2)
+    compiled = StepClock("compiled-key")
     for seconds in [20.0, 3.0, 1.0, *[0.1] * MIN_TIMED_STEPS]:
         compiled.add(seconds)
-    assert compiled.record()
+    assert compiled.record(compiled=True)
     record = lookup("compiled-key")
     assert record.compiled_step_s == pytest.approx(0.1)
     assert record.compile_s == pytest.approx(24.0 - WARM_AFTER_STEPS * 0.1)
-    too_few = StepClock("few", compiled=False)
+    too_few = StepClock("few")
     for _ in range(WARM_AFTER_STEPS + MIN_TIMED_STEPS - 1):
         too_few.add(0.1)
-    assert not too_few.record() and lookup("few") is None
-    nothing = StepClock(None, compiled=False)  # a run the planner did not decide for
+    assert not too_few.record(compiled=False) and lookup("few") is None
+    nothing = StepClock(None)  # a run the planner did not decide for
     nothing.add(1.0)
-    assert not nothing.seconds and not nothing.record()
+    assert not nothing.seconds and not nothing.record(compiled=False)
 
 
 def test_a_run_records_its_eager_step_and_a_resume_keeps_its_checkpoints_choice(
     ledger, tiny_data, tmp_path, cli
 ) -> None:
-    spec_path = write_spec(tmp_path, tiny_data)
+    spec_path = write_spec(tmp_path, tiny_data, max_steps=20)  # the resumed part times 11 steps
     spec_path.write_text(
         spec_path.read_text().replace('precision = "fp32"', 'precision = "fp32"\ncompile = "auto"')
     )
@@ -227,13 +227,16 @@ def test_a_run_records_its_eager_step_and_a_resume_keeps_its_checkpoints_choice(
     assert "not measured here yet" in first.err
     ((key, record),) = read_ledger().items()
     assert record.eager_step_s is not None and record.compiled_step_s is None
-    # the ledger now says compiling pays for the 12 planned steps; the resumed run keeps the
+    # the ledger now says compiling pays for the 20 planned steps; the resumed run keeps the
     # eager network its checkpoint was written under
     record_measurement(key, eager_step_s=100.0)
     rest = cli("run", spec_path, "--out", out)
     assert rest.code == 0, rest.err
     assert "compiling the small network" in rest.err
     assert "running the network eager, as the run did before its checkpoint at step 9" in rest.err
+    # it ran eager, so what it measured is an eager step again (never a compiled one)
+    after = lookup(key)
+    assert after.compiled_step_s is None and after.eager_step_s != 100.0
 
 
 def test_bench_records_a_small_networks_step_and_says_so(ledger, tiny_data, tmp_path, cli):

@@ -26,8 +26,8 @@ class StepClock:
     """Seconds of each step this process took, and torch's compile-cache counts at the
     start, for :meth:`record`."""
 
-    def __init__(self, key: str | None, compiled: bool) -> None:
-        self.key, self.compiled = key, compiled
+    def __init__(self, key: str | None) -> None:
+        self.key = key
         self.seconds: list[float] = []
         self.cache_before = compile_cache_counts()
 
@@ -35,14 +35,16 @@ class StepClock:
         if self.key is not None:
             self.seconds.append(seconds)
 
-    def record(self) -> bool:
-        """Write the run's figures to the ledger; False when there was nothing to write or
-        the ledger could not be written."""
+    def record(self, compiled: bool) -> bool:
+        """Write the run's figures to the ledger as eager or ``compiled`` steps (how the
+        network ran at the end: a resume may have followed its checkpoint, a failed compile
+        fallen back to eager); False when there was nothing to write or the ledger could not
+        be written."""
         warm = self.seconds[WARM_AFTER_STEPS:]
         if self.key is None or len(warm) < MIN_TIMED_STEPS:
             return False
         step_s = statistics.median(warm)
-        if not self.compiled:
+        if not compiled:
             return record_measurement(self.key, eager_step_s=step_s)
         return record_measurement(
             self.key,

@@ -30,6 +30,7 @@ from trm.control import TrainControl
 from trm.data.reader import ReaderChoice, choose_reader
 from trm.data.shape import read_shape
 from trm.device import distributed
+from trm.device.compile import is_compiled
 from trm.device.host_memory import reuse_freed_memory
 from trm.evaluation.attempts import at_attempts_key
 from trm.evaluation.evaluate import evaluate_in_run
@@ -115,7 +116,7 @@ class Trainer:
         self.process = psutil.Process()
         self.stop_step = 0
         self.clock = Stopwatch(0.0)
-        self.step_clock = StepClock(runtime.compile_key, runtime.compile)
+        self.step_clock = StepClock(runtime.compile_key)
 
     def fit(self) -> dict[str, Any]:
         """Train to the end of the schedule (or ``max_steps``); returns summary.json's content.
@@ -422,7 +423,7 @@ class Trainer:
             except OSError as exc:
                 self.journal.log(f"warning: summary.json could not be written ({exc})")
         if self.parallel.world.is_first and stopped != "failed":
-            self.step_clock.record()
+            self.step_clock.record(is_compiled(state.model))
         self.pm.hook.on_train_end(state=state, summary=summary)
         return summary
 
