@@ -2,10 +2,10 @@
 
 Usage:
   python benchmarks/explore.py MODEL [--kind NAME] [--puzzles N] [--seed S]
-      [--max-explore N] [--noise S1[:N1],S2[:N2],…] [--timing-puzzles N] [--batch-size N]
-      [--out FILE] [--png FILE] [--json]
+      [--max-explore N] [--noise S1[:N1],S2[:N2],…] [--each-rule] [--timing-puzzles N]
+      [--batch-size N] [--out FILE] [--png FILE] [--json]
   python benchmarks/explore.py --from FILE [--png FILE] [--markdown]
-      [--table accuracy|selection|both]
+      [--table accuracy|selection|summary|tasks|both]
 
 MODEL is a shipped model's name or a run directory. The puzzles are fresh: the shipped
 model's manifest kind ``--kind`` (default its last kind; for a run, the run's own
@@ -25,6 +25,13 @@ benchmarks/provenance.py's block), ``--png`` the curve; prints the tables — ac
 N, and per scale at its largest N each rule beside the oracle with the share of the rule's
 failures that are selection failures (a trajectory was right) — or the document with
 ``--json``. ``--from FILE`` prints (and draws) a document again without measuring.
+
+A task whose data source scores whole tasks (ARC: ``pass@K`` from the vote over a test input's
+augmented versions) is scored that way too: for each noise scale, N and rule, one evaluation
+of N trajectories whose chosen answers feed the task's evaluator (as ``trm eval --explore N
+--select RULE`` does), kept as ``task_rows`` (every ``pass@K``); the table ``--table tasks``
+and the curve show its primary metric. The row-level figures (each augmented test input right
+or not) stay in ``rows``. For ARC "fresh" is fresh augmentations: the tasks are the dataset's.
 """
 
 from __future__ import annotations
@@ -67,9 +74,16 @@ def puzzle_options(model: Any, kind: str | None, puzzles: int) -> tuple[str, dic
         name, options = chosen.kind, dict(chosen.options)
     else:
         name, options = "the run's own", dict(model.spec.data.generate)
-    options["test_count"] = puzzles
-    options["count"] = 1  # the train split is not read
+    if not scores_whole_tasks(model.source):
+        options["test_count"] = puzzles
+        options["count"] = 1  # the train split is not read
     return name, options
+
+
+def scores_whole_tasks(source: Any) -> bool:
+    """Whether the source scores whole tasks (an ``evaluator``: ARC, whose held-out rows are
+    its tasks' test inputs in all their versions, so ``--puzzles`` cannot size them)."""
+    return callable(getattr(source, "evaluator", None))
 
 
 def used_seeds(model: Any) -> set[int]:
@@ -82,9 +96,16 @@ def used_seeds(model: Any) -> set[int]:
 
 
 def run_evaluation(
-    model: Any, index: SplitIndex, exploration: Exploration, puzzles: int, batch_size: int
+    model: Any,
+    index: SplitIndex,
+    exploration: Exploration,
+    puzzles: int,
+    batch_size: int,
+    task_evaluator: Any = None,
+    task_metrics: Any = None,
 ) -> tuple[dict[str, float], float]:
-    """The figures of one evaluation of the first ``puzzles`` and its seconds per puzzle."""
+    """The figures of one evaluation of the first ``puzzles`` and its seconds per puzzle
+    (with ``task_evaluator``, its whole-task figures too)."""
     started_s = time.perf_counter()
     result = evaluate(
         model.module,
@@ -93,6 +114,8 @@ def run_evaluation(
         batch_size,
         model.runtime.placement(),
         max_examples=puzzles,
+        task_metrics=task_metrics,
+        task_evaluator=task_evaluator,
         exploration=exploration,
     )
     return result, (time.perf_counter() - started_s) / max(int(result["examples"]), 1)
@@ -106,9 +129,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             f"{sorted(used_seeds(model))}; choose another for fresh puzzles"
         )
     kind, options = puzzle_options(model, args.kind, args.puzzles)
+    if scores_whole_tasks(model.source):
+        args.puzzles = 0  # every row: each task's test inputs in all their versions
     source = model.source
     built = build_options(source, options, "benchmarks/explore.py")
     rows: list[dict[str, Any]] = []
+    summaries: list[dict[str, Any]] = []
     timing: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="trm-explore-") as tmp:
         source.build(built, Path(tmp), args.seed, lambda _line: None)
@@ -118,14 +144,40 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             exploration = plan_exploration(
                 model.pm, source, trajectories, noise, None, args.explore_seed
             )
-            result, _ = run_evaluation(model, index, exploration, args.puzzles, args.batch_size)
+            result, _ = run_evaluation(
+                model,
+                index,
+                exploration,
+                args.puzzles,
+                args.batch_size,
+                task_metrics=getattr(source, "task_metrics", None),
+            )
+            summaries.append(summary(noise, trajectories, exploration, result))
             for name, value in result.items():
                 if name.startswith(CURVE_PREFIX):
                     size, rule = name[len(CURVE_PREFIX) :].split("/")
                     rows.append(
                         {"noise": noise, "trajectories": int(size), "rule": rule, "exact": value}
                     )
+            if args.each_rule:
+                for rule in exploration.curve_rules:
+                    if rule.name == exploration.rule.name:
+                        continue
+                    other = plan_exploration(
+                        model.pm, source, trajectories, noise, rule.name, args.explore_seed
+                    )
+                    other = attrs.evolve(other, curve_rules=())
+                    result, _ = run_evaluation(
+                        model,
+                        index,
+                        other,
+                        args.puzzles,
+                        args.batch_size,
+                        task_metrics=getattr(source, "task_metrics", None),
+                    )
+                    summaries.append(summary(noise, trajectories, other, result))
             print(f"noise {noise:g}: done", file=sys.stderr)
+        task_rows = score_tasks(model, index, Path(tmp), rows, args)
         for size in curve_sizes(longest(args)):
             exploration = plan_exploration(
                 model.pm, source, size, args.noise[0], None, args.explore_seed
@@ -159,9 +211,69 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "batch_size": args.batch_size,
         "device": model.runtime.device,
         "rows": rows,
+        "summaries": summaries,
+        **({"task_rows": task_rows, "task_metric": source.primary_metric} if task_rows else {}),
         "timing": timing,
         "provenance": provenance(),
     }
+
+
+# The figures of a noise scale's evaluation kept beside its curve: the plain trajectory's Q
+# head (whether q_halt >= 0 agrees with its answer being right, and the step it first asks to
+# halt), the oracle, and a task's own metrics of the chosen answers (a maze's valid and
+# optimal paths).
+SUMMARY_KEYS = (
+    "exact_accuracy",
+    "oracle_exact_accuracy",
+    "q_halt_accuracy",
+    "mean_halt_steps",
+    "valid_path_rate",
+    "optimal_path_rate",
+)
+
+
+def summary(
+    noise: float, trajectories: int, exploration: Exploration, result: dict[str, float]
+) -> dict[str, Any]:
+    """One noise scale's evaluation at its largest N: its rule (the task's default, or each
+    rule with ``--each-rule``) and :data:`SUMMARY_KEYS` (those it has)."""
+    rule = exploration.rule.name if exploration.rule is not None else None
+    kept = {key: result[key] for key in SUMMARY_KEYS if key in result}
+    return {"noise": noise, "trajectories": trajectories, "rule": rule, **kept}
+
+
+def score_tasks(
+    model: Any, index: SplitIndex, data_dir: Path, rows: list[dict[str, Any]], args: Any
+) -> list[dict[str, Any]]:
+    """Where the model's data source scores whole tasks (an ``evaluator`` for the split: ARC),
+    its figures for every noise scale, N and rule of ``rows`` (one evaluation each, the
+    chosen answers fed to a fresh evaluator; N = 1 is the plain run, the same for every
+    rule); [] for a source without one."""
+    factory = getattr(model.source, "evaluator", None)
+    if not callable(factory) or factory(data_dir, model.spec.data.eval_split) is None:
+        return []
+    task_rows: list[dict[str, Any]] = []
+    for noise in args.noise:
+        at_noise = [r for r in rows if r["noise"] == noise and r["rule"] != ORACLE]
+        for size in sorted({r["trajectories"] for r in at_noise}):
+            for rule in sorted({r["rule"] for r in at_noise}):
+                exploration = plan_exploration(
+                    model.pm,
+                    model.source,
+                    size,
+                    noise,
+                    rule if size > 1 else None,
+                    args.explore_seed,
+                )
+                exploration = attrs.evolve(exploration, curve_rules=())
+                evaluator = factory(data_dir, model.spec.data.eval_split)
+                result, _ = run_evaluation(
+                    model, index, exploration, args.puzzles, args.batch_size, evaluator
+                )
+                figures = {k: v for k, v in result.items() if k.startswith("pass@")}
+                task_rows.append({"noise": noise, "trajectories": size, "rule": rule, **figures})
+            print(f"noise {noise:g}, {size} trajectories: tasks scored", file=sys.stderr)
+    return task_rows
 
 
 def longest(args: argparse.Namespace) -> int:
@@ -189,16 +301,20 @@ def draw(document: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     scales = document["noise"]
+    metric = document.get("task_metric")
+    points_of = document.get("task_rows") if metric else document["rows"]
+    value = metric or "exact"
     figure, panels = plt.subplots(
         1, len(scales), figsize=(4.2 * len(scales), 4.2), sharey=True, squeeze=False
     )
-    rules = [*sorted({r["rule"] for r in document["rows"]} - {ORACLE}), ORACLE]
+    rules = sorted({r["rule"] for r in points_of} - {ORACLE})
+    rules += [ORACLE] if any(r["rule"] == ORACLE for r in points_of) else []
     colours = dict(zip(rules, plt.get_cmap("tab10").colors, strict=False))
     for axes, noise in zip(panels[0], scales, strict=True):
         for rule in rules:
             points = sorted(
-                (r["trajectories"], r["exact"])
-                for r in document["rows"]
+                (r["trajectories"], r[value])
+                for r in points_of
                 if r["noise"] == noise and r["rule"] == rule
             )
             oracle = rule == ORACLE
@@ -214,7 +330,7 @@ def draw(document: dict[str, Any], path: Path) -> None:
         axes.set_xlabel("trajectories per puzzle (N)")
         axes.set_title(f"noise {noise:g}", fontsize=10)
         axes.grid(True, alpha=0.3)
-    panels[0][0].set_ylabel("exact accuracy (%)")
+    panels[0][0].set_ylabel(f"{metric} (% of tasks)" if metric else "exact accuracy (%)")
     panels[0][-1].legend(fontsize=8)
     cost = ", ".join(
         f"N={t['trajectories']}: {t['seconds_per_puzzle']:.3g} s" for t in document["timing"]
@@ -271,6 +387,45 @@ def selection_table(document: dict[str, Any]) -> tuple[list[str], list[list[str]
     return ["noise", "N", "rule", "exact", "oracle", "selection failures"], table
 
 
+def summary_table(document: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Per noise scale and summarised rule, at its largest N: exact, the oracle, the plain
+    trajectory's Q-head agreement and mean halting step, and the task's own metrics of the
+    chosen answers (a maze's valid and optimal paths), those the document has."""
+    summaries = document.get("summaries", [])
+    keys = [k for k in SUMMARY_KEYS if any(k in s for s in summaries)]
+    table = []
+    for item in summaries:
+        cells = []
+        for key in keys:
+            value = item.get(key)
+            if value is None:
+                cells.append("")
+            elif key == "mean_halt_steps":
+                cells.append(f"{value:.2f}")
+            else:
+                cells.append(f"{value:.1%}")
+        table.append([f"{item['noise']:g}", str(item["trajectories"]), str(item["rule"]), *cells])
+    return ["noise", "N", "rule", *keys], table
+
+
+def task_table(document: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Per noise scale and rule, the task metric (ARC's pass@2) at every N measured; empty
+    for a document without whole-task figures."""
+    metric, task_rows = document.get("task_metric"), document.get("task_rows", [])
+    sizes = sorted({r["trajectories"] for r in task_rows})
+    table = []
+    for noise in document["noise"]:
+        for rule in sorted({r["rule"] for r in task_rows}):
+            value = {
+                r["trajectories"]: r.get(metric)
+                for r in task_rows
+                if r["noise"] == noise and r["rule"] == rule
+            }
+            cells = (f"{value[n]:.1%}" if value.get(n) is not None else "" for n in sizes)
+            table.append([f"{noise:g}", rule, str(metric), *cells])
+    return ["noise", "rule", "metric", *(f"N={n}" for n in sizes)], table
+
+
 def print_markdown(header: list[str], table: list[list[str]]) -> None:
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
@@ -287,9 +442,13 @@ def main() -> int:
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     parser.add_argument(
         "--table",
-        choices=("accuracy", "selection", "both"),
+        choices=("accuracy", "selection", "summary", "tasks", "both"),
         default="both",
-        help="which table to print: accuracy against N, the selection failures, or both",
+        help=(
+            "which table to print: accuracy against N, the selection failures, both, each "
+            "scale's summary at its largest N (Q head, a maze's paths), or the whole-task "
+            "metric against N (ARC's pass@2)"
+        ),
     )
     parser.add_argument("--kind", help="the manifest kind to build fresh (default: its last)")
     parser.add_argument("--puzzles", type=int, default=1000)
@@ -302,6 +461,14 @@ def main() -> int:
         help="comma-separated noise scales (standard deviations), each SCALE or SCALE:N",
     )
     parser.add_argument("--explore-seed", type=int, default=0)
+    parser.add_argument(
+        "--each-rule",
+        action="store_true",
+        help=(
+            "evaluate each scale's largest N once per rule (not only the task's default), so "
+            "every rule's summary (a maze's valid and optimal paths) is kept"
+        ),
+    )
     parser.add_argument("--timing-puzzles", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=512, help="rows per forward")
     parser.add_argument("--out", type=Path, help="write the results document here")
@@ -329,6 +496,12 @@ def main() -> int:
         print()
     if args.table in ("selection", "both"):
         show(*selection_table(document))
+    if args.table == "summary":
+        show(*summary_table(document))
+    if args.table == "tasks" or (args.table == "both" and document.get("task_rows")):
+        if args.table == "both":
+            print()
+        show(*task_table(document))
     return 0
 
 

@@ -101,6 +101,11 @@ class ShippedRecipe:
     kinds: list[KindRecipe]
 
 
+def _set_args(*assignments: str) -> list[str]:
+    """``--set KEY=VALUE`` for each assignment, as ``trm run`` arguments."""
+    return [arg for assignment in assignments for arg in ("--set", assignment)]
+
+
 # Overrides that make a 9x9 kind's build cheap and plain: one train puzzle, no augmentation,
 # one clue count (no range) and no minimal carving unless the kind asks for it.
 _FRESH_9X9 = {"count": 1, "test_count": 1000, "augment": 0, "min_clues": 0, "minimal": 0.0}
@@ -150,6 +155,38 @@ RECIPES = {
                     seed=1,
                     count=500,
                 ),
+            ],
+        ),
+        ShippedRecipe(
+            name="maze-small",
+            description="a laptop maze model: a TRM (MLP variant, hidden 64) for 6x6 mazes",
+            trained_on=(
+                "20,000 generated 6x6 mazes with 4 to 9 walls and shortest paths of at least 4 "
+                "steps (specs/maze-small.toml with 20,000 mazes, seed 0), 25 minutes of "
+                "training steps of 128 mazes"
+            ),
+            puzzle="6x6 maze (36 cells)",
+            run_args=[
+                "maze-small",
+                *_set_args(
+                    "train.time_budget_s=1500",
+                    "data.generate.count=20000",
+                    "data.generate.test_count=1000",
+                    "train.eval_interval=1000",
+                    "train.eval_max_examples=1000",
+                    "train.lr_warmup_steps=200",
+                ),
+            ],
+            kinds=[
+                # Fresh mazes (seed 1; the run trained on seed 0's).
+                KindRecipe(
+                    "6x6 mazes, fresh (seed 1)",
+                    {"count": 1, "test_count": 1000},
+                    seed=1,
+                    count=1000,
+                ),
+                # The run's own held-out split, on which its best checkpoint was chosen.
+                KindRecipe("6x6 mazes, the split the checkpoint was chosen on", count=1000),
             ],
         ),
     )
