@@ -255,13 +255,22 @@ def test_rules_selection_is_refused_for_a_task_whose_rules_cannot_judge_answers(
 
 def test_each_task_has_its_measured_default_rule_and_noise():
     """Sudoku's default rule and the default noise are the ones
-    benchmarks/results/explore_sudoku9_laptop_minimal_choose.json chose (docs/test-time.md);
-    the tasks not yet measured keep q; a run's eval_noise defaults to the commands' noise."""
+    benchmarks/results/explore_sudoku9_laptop_minimal_choose.json chose, the maze's rule the
+    one benchmarks/results/explore_maze_small_choose.json chose (docs/test-time.md); ARC, whose
+    measured model solves no task, keeps q; a run's eval_noise defaults to the commands'
+    noise."""
     pm = load_plugins(())
     sources = data_sources(pm)
     assert find_selection_rule(pm, None, sources["sudoku"], "--select").name == "rules"
-    assert find_selection_rule(pm, None, sources["maze"], "--select").name == "q"
+    assert find_selection_rule(pm, None, sources["maze"], "--select").name == "rules"
     assert find_selection_rule(pm, None, sources["arc"], "--select").name == "q"
+    maze = json.loads((RESULTS / "explore_maze_small_choose.json").read_text(encoding="utf-8"))
+    for noise in maze["noise"]:
+        at = {s["rule"]: s for s in maze["summaries"] if s["noise"] == noise}
+        assert set(at) == {"q", "halt-first", "rules", "vote"}
+        assert at["rules"]["optimal_path_rate"] == max(s["optimal_path_rate"] for s in at.values())
+        if noise >= 0.1:
+            assert at["rules"]["exact_accuracy"] == max(s["exact_accuracy"] for s in at.values())
     choose = json.loads(
         (RESULTS / "explore_sudoku9_laptop_minimal_choose.json").read_text(encoding="utf-8")
     )

@@ -42,7 +42,7 @@ from trm.shipped import (
     shipped_manifest,
     shipped_names,
 )
-from trm.spec import load_spec, resolve_spec_path
+from trm.spec import apply_overrides, load_spec, resolve_spec_path
 
 REPO = Path(__file__).resolve().parent.parent
 # A 4x4 puzzle of 6 clues that the shipped quickstart model solves (checked below).
@@ -391,10 +391,20 @@ def test_the_script_ships_a_finished_run_that_trm_eval_reproduces(
     assert [r["examples"] for r in rows] == [16, 10]
 
 
+def _recipe_spec(recipe):
+    """The spec the recipe's ``trm run`` trains: its spec file with its ``--set`` values."""
+    sets = [
+        value
+        for flag, value in zip(recipe.run_args[1::2], recipe.run_args[2::2], strict=False)
+        if flag == "--set"
+    ]
+    return apply_overrides(load_spec(resolve_spec_path(recipe.run_args[0])), sets)
+
+
 @pytest.mark.parametrize("name", sorted(_script().RECIPES))
 def test_each_recipe_kind_is_valid_options_of_its_spec(name):
     recipe = _script().RECIPES[name]
-    spec = load_spec(resolve_spec_path(recipe.run_args[0]))
+    spec = _recipe_spec(recipe)
     pm = load_plugins("")
     for kind in recipe.kinds:
         options = kind_options(pm, spec, kind.overrides, f"kind {kind.name!r}")
@@ -404,7 +414,7 @@ def test_each_recipe_kind_is_valid_options_of_its_spec(name):
 @pytest.mark.parametrize("name", sorted(_script().RECIPES))
 def test_each_recipe_scores_fresh_puzzles_first(name):
     recipe = _script().RECIPES[name]
-    spec = load_spec(resolve_spec_path(recipe.run_args[0]))
+    spec = _recipe_spec(recipe)
     assert recipe.kinds[0].seed not in (None, spec.train.seed)
 
 
