@@ -352,7 +352,11 @@ def test_the_shipped_models_figures_in_the_user_guide_are_their_manifests():
     (table,) = [
         t for t in results_tables(guide.read_text(encoding="utf-8")) if "solves" in t.heading
     ]
-    assert named_files(table) == ["weights/quickstart.json", "weights/sudoku9-laptop.json"]
+    assert named_files(table) == [
+        "weights/quickstart.json",
+        "weights/sudoku9-laptop.json",
+        "weights/maze-small.json",
+    ]
     assert table_problems(table, REPO) == []
 
 
