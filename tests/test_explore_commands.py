@@ -24,7 +24,7 @@ from trm.cli.main import main
 from trm.data.selection import find_selection_rule
 from trm.errors import TrmError
 from trm.evaluation.attempts import plan_attempts
-from trm.evaluation.explore import DEFAULT_NOISE
+from trm.evaluation.explore import DEFAULT_NOISE, plan_exploration, task_noise
 from trm.plan.dataset import data_sources
 from trm.plugin_manager import load_plugins
 from trm.spec.schema import TrainSpec
@@ -271,6 +271,21 @@ def test_each_task_has_its_measured_default_rule_and_noise():
         assert at["rules"]["optimal_path_rate"] == max(s["optimal_path_rate"] for s in at.values())
         if noise >= 0.1:
             assert at["rules"]["exact_accuracy"] == max(s["exact_accuracy"] for s in at.values())
+    # the maze's noise: the scale where its rule scored best on other mazes
+    noise_doc = json.loads((RESULTS / "explore_maze_small_noise.json").read_text(encoding="utf-8"))
+    rules = [s for s in noise_doc["summaries"] if s["rule"] == "rules"]
+    best = max(rules, key=lambda s: (s["exact_accuracy"], s["optimal_path_rate"]))
+    assert best["noise"] == task_noise(sources["maze"], None) == 1.0
+    assert task_noise(sources["sudoku"], None) == task_noise(sources["arc"], None) == DEFAULT_NOISE
+
+
+def test_a_noise_not_given_is_the_tasks_and_a_given_one_is_kept():
+    pm = load_plugins(())
+    sources = data_sources(pm)
+    assert plan_exploration(pm, sources["maze"], 4, None, None, 0).noise == 1.0
+    assert plan_exploration(pm, sources["sudoku"], 4, None, None, 0).noise == DEFAULT_NOISE
+    assert plan_exploration(pm, sources["maze"], 4, 0.2, None, 0).noise == 0.2
+    assert plan_exploration(pm, sources["maze"], 1, None, None, 0).noise == 1.0
     choose = json.loads(
         (RESULTS / "explore_sudoku9_laptop_minimal_choose.json").read_text(encoding="utf-8")
     )

@@ -27,7 +27,6 @@ from trm.data.mix_layout import MixLayout
 from trm.errors import TrmError
 from trm.evaluation.attempts import plan_attempts, try_again
 from trm.evaluation.explore import (
-    DEFAULT_NOISE,
     Exploration,
     Explored,
     Explorer,
@@ -135,7 +134,7 @@ class Model:
         attempts_seed: int = 0,
         task: str | None = None,
         explore: int = 1,
-        noise: float = DEFAULT_NOISE,
+        noise: float | None = None,
         select: str | None = None,
         explore_seed: int = 0,
     ) -> Solution:
@@ -154,11 +153,11 @@ class Model:
         that is not a whole number of 0 or more.
 
         ``explore`` N: the puzzle runs as N trajectories in one batch, all but the first with
-        Gaussian noise of standard deviation ``noise`` in the latent, drawn from
-        ``explore_seed``; ``select`` names the rule that picks the answer (None: the task's
-        default) — :mod:`trm.evaluation.explore`. Each attempt explores. 1, the default, is
-        the plain answer. TrmError for values out of range, an unknown rule, or more than
-        one trajectory for a model trained on a mix.
+        Gaussian noise of standard deviation ``noise`` (None: the task's default) in the
+        latent, drawn from ``explore_seed``; ``select`` names the rule that picks the answer
+        (None: the task's default) — :mod:`trm.evaluation.explore`. Each attempt explores.
+        1, the default, is the plain answer. TrmError for values out of range, an unknown
+        rule, or more than one trajectory for a model trained on a mix.
 
         ``task`` names the task of a model trained on a mix (needed only when the puzzle
         could be several tasks')."""
@@ -300,7 +299,7 @@ class Model:
         png: Path | None = None,
         *,
         explore: int = 1,
-        noise: float = DEFAULT_NOISE,
+        noise: float | None = None,
         select: str | None = None,
         explore_seed: int = 0,
     ) -> TaskSolution:

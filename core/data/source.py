@@ -79,6 +79,12 @@ class DataSource(Protocol):
         The selection rule test-time exploration uses for this task when ``--select`` is not
         given (:mod:`trm.data.selection`); without it, ``q``.
 
+    ``default_noise: float``
+        The standard deviation of test-time exploration's noise for this task when
+        ``--noise`` (``Model.solve``'s ``noise=``) is not given
+        (:func:`trm.evaluation.explore.task_noise`); without it, 0.3. A run's
+        ``train.eval_noise`` is a spec value and keeps its own default.
+
     ``rules_judge_answers: bool``
         False when ``check_answer`` cannot judge an answer from the question alone (ARC looks
         it up among known solutions): ``--select rules`` is then refused. True without it.

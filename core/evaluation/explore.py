@@ -68,10 +68,19 @@ class Exploration:
         return self.trajectories > 1
 
 
+def task_noise(source: Any, noise: Any) -> Any:
+    """``noise`` as given, or where it is None the task's own default (its data source's
+    ``default_noise``), else :data:`DEFAULT_NOISE`."""
+    if noise is not None:
+        return noise
+    return float(getattr(source, "default_noise", None) or DEFAULT_NOISE)
+
+
 def check_exploration(trajectories: Any, noise: Any, seed: Any, where: str = "--") -> None:
     """TrmError unless ``trajectories`` is a whole number in 1..MAX_TRAJECTORIES, ``noise`` a
-    finite number in 0..MAX_NOISE and ``seed`` a seed; ``where`` prefixes the option names
-    (``--`` for ``--explore``, ``""`` for ``Model.solve``'s ``explore=``)."""
+    finite number in 0..MAX_NOISE (or None: the task's default, :func:`task_noise`) and
+    ``seed`` a seed; ``where`` prefixes the option names (``--`` for ``--explore``, ``""`` for
+    ``Model.solve``'s ``explore=``)."""
     name = f"{where}explore"
     if isinstance(trajectories, bool) or not isinstance(trajectories, (int, np.integer)):
         raise TrmError(f"{name} must be a whole number of trajectories, not {trajectories!r}")
@@ -80,26 +89,34 @@ def check_exploration(trajectories: Any, noise: Any, seed: Any, where: str = "--
             f"{name} must be 1 to {MAX_TRAJECTORIES} trajectories (1: the plain answer), "
             f"got {trajectories}"
         )
+    if noise is not None:
+        check_noise(noise, where)
+    check_seed(seed, f"{where}explore{'-' if where else '_'}seed")
+
+
+def check_noise(noise: Any, where: str) -> None:
+    """TrmError unless ``noise`` is a finite number in 0..MAX_NOISE."""
     if isinstance(noise, bool) or not isinstance(noise, (int, float, np.floating, np.integer)):
         raise TrmError(f"{where}noise must be a number (a standard deviation), not {noise!r}")
     if not (math.isfinite(float(noise)) and 0.0 <= float(noise) <= MAX_NOISE):
         raise TrmError(f"{where}noise must be between 0 and {MAX_NOISE:g}, got {noise!r}")
-    check_seed(seed, f"{where}explore{'-' if where else '_'}seed")
 
 
 def plan_exploration(
     pm: Any,
     source: Any,
     trajectories: int,
-    noise: float,
+    noise: float | None,
     select: str | None,
     seed: int,
     where: str = "--",
 ) -> Exploration:
     """The exploration asked for, checked (:func:`check_exploration`; the rule by
-    :func:`trm.data.selection.find_selection_rule`, None: the task's default; with one
-    trajectory and no rule named, none is looked up)."""
+    :func:`trm.data.selection.find_selection_rule`, None: the task's default; the noise
+    likewise, None: the task's, :func:`task_noise`; with one trajectory and no rule named,
+    none is looked up)."""
     check_exploration(trajectories, noise, seed, where)
+    noise = task_noise(source, noise)
     if trajectories == 1 and not select:  # the plain run: no rule is asked for
         return Exploration(1, float(noise), None, int(seed))
     rule = find_selection_rule(pm, select, source, f"{where}select")

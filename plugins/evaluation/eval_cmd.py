@@ -152,9 +152,10 @@ def _explore_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--noise",
         type=float,
-        default=DEFAULT_NOISE,
+        default=None,
         metavar="SIGMA",
-        help=f"standard deviation of the noise of --explore (default {DEFAULT_NOISE:g})",
+        help=f"standard deviation of the noise of --explore (default: the task's, "
+        f"{DEFAULT_NOISE:g} unless it names its own)",
     )
     parser.add_argument(
         "--select",
