@@ -73,7 +73,8 @@ def task_noise(source: Any, noise: Any) -> Any:
     ``default_noise``), else :data:`DEFAULT_NOISE`."""
     if noise is not None:
         return noise
-    return float(getattr(source, "default_noise", None) or DEFAULT_NOISE)
+    own = getattr(source, "default_noise", None)
+    return DEFAULT_NOISE if own is None else float(own)
 
 
 def check_exploration(trajectories: Any, noise: Any, seed: Any, where: str = "--") -> None:
