@@ -139,19 +139,20 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="trm-explore-") as tmp:
         source.build(built, Path(tmp), args.seed, lambda _line: None)
         index = SplitIndex(open_split(Path(tmp) / model.spec.data.eval_split))
+
+        def scored(exploration: Exploration) -> dict[str, float]:
+            """One evaluation of the fresh puzzles, with the task's own metrics."""
+            task_metrics = getattr(source, "task_metrics", None)
+            return run_evaluation(
+                model, index, exploration, args.puzzles, args.batch_size, task_metrics=task_metrics
+            )[0]
+
         for noise in args.noise:
             trajectories = args.trajectories.get(noise, args.max_explore)
             exploration = plan_exploration(
                 model.pm, source, trajectories, noise, None, args.explore_seed
             )
-            result, _ = run_evaluation(
-                model,
-                index,
-                exploration,
-                args.puzzles,
-                args.batch_size,
-                task_metrics=getattr(source, "task_metrics", None),
-            )
+            result = scored(exploration)
             summaries.append(summary(noise, trajectories, exploration, result))
             for name, value in result.items():
                 if name.startswith(CURVE_PREFIX):
@@ -167,15 +168,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         model.pm, source, trajectories, noise, rule.name, args.explore_seed
                     )
                     other = attrs.evolve(other, curve_rules=())
-                    result, _ = run_evaluation(
-                        model,
-                        index,
-                        other,
-                        args.puzzles,
-                        args.batch_size,
-                        task_metrics=getattr(source, "task_metrics", None),
-                    )
-                    summaries.append(summary(noise, trajectories, other, result))
+                    summaries.append(summary(noise, trajectories, other, scored(other)))
             print(f"noise {noise:g}: done", file=sys.stderr)
         task_rows = score_tasks(model, index, Path(tmp), rows, args)
         for size in curve_sizes(longest(args)):
