@@ -169,7 +169,84 @@ def test_time_to_accuracy_takes_the_first_evaluation_at_the_threshold(tta):
         "time_to_threshold_s": None,
         "step_at_threshold": None,
         "best_exact_accuracy": 0.99,
+        "time_to_s": {"0.8": 20.0, "0.9": 20.0, "0.95": 20.0, "0.97": 30.0},
     }
+
+
+def test_a_variant_is_a_name_and_its_sets_and_a_threshold_a_fraction(tta):
+    assert tta.variant_item("muon:train.optimizer=muon,arch.swiglu_norm=true") == (
+        "muon",
+        ("train.optimizer=muon", "arch.swiglu_norm=true"),
+    )
+    for bad in ("muon", "muon:", "mu on:a=b", "muon:train.optimizer"):
+        with pytest.raises(TrmError, match="--variant"):
+            tta.variant_item(bad)
+    assert tta.threshold_item("sudoku9=0.95", ["sudoku9"]) == ("sudoku9", 0.95)
+    for bad in ("sudoku9=1.5", "sudoku9=x", "maze=0.9", "sudoku9"):
+        with pytest.raises(TrmError, match="--threshold"):
+            tta.threshold_item(bad, ["sudoku9"])
+
+
+def test_a_variant_side_runs_the_spec_with_its_sets_and_the_shared_ones(tta, tmp_path, monkeypatch):
+    commands: list[list[str]] = []
+
+    class _FakeRun:
+        returncode = 0
+
+        def __init__(self, command, **_):
+            commands.append(command)
+            run_dir = Path(command[command.index("--out") + 1])
+            run_dir.mkdir(parents=True)
+            rows = [
+                {"step": 100, "wall_s": 12.5},
+                {"kind": "eval", "step": 100, "exact_accuracy": 0.97},
+            ]
+            (run_dir / "metrics.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(tta.subprocess, "Popen", _FakeRun)
+    sets = ("train.max_steps=200", "train.optimizer=muon")
+    side = tta.trm_side("quickstart", 60.0, tmp_path, tmp_path / "data", 1, sets, "trm+muon")
+    command = commands[0]
+    given = [command[i + 1] for i, word in enumerate(command) if word == "--set"]
+    assert given == [
+        "train.time_budget_s=0",
+        f"data.dir={tmp_path / 'data'}",
+        "train.max_steps=200",
+        "train.optimizer=muon",
+        "runtime.threads=1",
+    ]
+    assert command[command.index("--out") + 1] == str(tmp_path / "trm+muon-quickstart")
+    assert side["side"] == "trm+muon" and side["sets"] == list(sets)
+    assert side["curve"] == [{"step": 100, "wall_s": 12.5, "exact_accuracy": 0.97}]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--variant", "muon"], "--variant muon"),
+        (["--variant", "a:x=1", "--variant", "a:y=2"], "two variants share a name"),
+        (["--official", "official-bf8"], "--official official-bf8"),
+        (["--threshold", "quickstart=2"], "--threshold quickstart=2"),
+        (["--set", "train.max_steps"], "--set"),
+        (["--jobs", "-1"], "--jobs"),
+    ],
+)
+def test_time_to_accuracy_rejects_bad_sides_in_one_line(args, message, tmp_path):
+    done = subprocess.run(
+        [
+            *(sys.executable, str(BENCHMARKS / "time_to_accuracy.py"), "--tasks", "quickstart"),
+            *("--reference", str(tmp_path), *args),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("trm: error:") and message in lines[0]
 
 
 def test_time_to_accuracy_needs_a_reference_checkout(tmp_path):
