@@ -10,6 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import trm
 from trm.device.compile import choose_compile, compile_network, is_compiled, planner_decides
 from trm.errors import TrmError
 from trm.hardware import HardwareProfile
@@ -70,6 +71,49 @@ def test_compiling_keeps_state_dict_keys_and_is_idempotent() -> None:
     assert model.net._compiled_call_impl is compiled_call and is_compiled(model)
     eager = TinyRecursiveModel(ArchSpec(hidden_size=16, num_heads=2, L_layers=1), 4, 5, 2)
     assert not is_compiled(eager)
+
+
+def test_the_cpu_lays_the_mlp_variant_out_token_major_only_when_compiled() -> None:
+    assert cpu.CPU.position_major_mlp(compiled=False)
+    assert not cpu.CPU.position_major_mlp(compiled=True)
+    # a device that measured nothing keeps the contract's default: position-major
+    assert cuda.CUDA.position_major_mlp(compiled=True) and mps.MPS.position_major_mlp(False)
+
+
+class _Layout:
+    """An in-process plugin: the layout of the network a run trains."""
+
+    def __init__(self) -> None:
+        self.position_major: list[bool] = []
+
+    @trm.hookimpl
+    def on_step(self, state) -> None:
+        self.position_major.append(state.model.net.position_major)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_run_builds_the_layout_its_backend_prefers(compiled, tmp_path, monkeypatch) -> None:
+    from tests.tiny_run import build_tiny_data, write_spec
+    from trm.loop import setup
+
+    # the decision is taken before compiling; compiling itself is not what is tested here
+    monkeypatch.setattr(setup, "compile_network", lambda *args, **kwargs: None)
+    spec = write_spec(tmp_path, build_tiny_data(tmp_path / "data"), max_steps=1)
+    seen = _Layout()
+    overrides = [f"runtime.compile={'on' if compiled else 'off'}"]
+    trm.train(spec, out=tmp_path / "run", overrides=overrides, plugins=[seen, "no:progress"])
+    assert seen.position_major == [not compiled]
+
+
+def test_the_attention_variant_ignores_the_layout() -> None:
+    from trm.data.shape import DatasetShape
+    from trm.model import build_model
+
+    shape = DatasetShape(seq_len=16, vocab_size=6, num_puzzle_identifiers=1)
+    attention = build_model(ArchSpec(hidden_size=16, num_heads=2, mlp_t=False), shape, True)
+    assert not attention.net.position_major
+    mlp = build_model(ArchSpec(hidden_size=16, num_heads=2, mlp_t=True), shape, False)
+    assert not mlp.net.position_major
 
 
 # ------------------------------------------------------------------ cpu

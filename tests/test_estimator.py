@@ -29,14 +29,21 @@ MAZE = DatasetShape(seq_len=900, vocab_size=6, num_puzzle_identifiers=1)  # 30x3
 
 
 def saved_bytes_per_sample(
-    arch: ArchSpec, precision: str, compiled: bool = False, shape: DatasetShape = SUDOKU
+    arch: ArchSpec,
+    precision: str,
+    compiled: bool = False,
+    shape: DatasetShape = SUDOKU,
+    position_major: bool | None = None,
 ) -> float:
     """Bytes autograd keeps per extra sample for one training forward of the real model
-    (with ``compiled``, its network compiled by torch.compile as ``trm run`` does)."""
+    (with ``compiled``, its network compiled by torch.compile as ``trm run`` does; in the
+    MLP variant's ``position_major`` layout, None: the model's default)."""
 
     def saved(batch: int) -> int:
         torch.manual_seed(0)
-        model = TinyRecursiveModel(arch, shape.seq_len, shape.vocab_size, 1).train()
+        model = TinyRecursiveModel(
+            arch, shape.seq_len, shape.vocab_size, 1, position_major=position_major
+        ).train()
         if compiled:
             # what earlier tests of this process compiled (their guards, recompile counts)
             # must not decide how this network compiles
@@ -371,17 +378,21 @@ def test_a_smaller_attention_variant_also_satisfies_sizes_monotonicity():
 
 
 @pytest.mark.parametrize(
-    "overrides",
-    [{"mlp_t": True, "pos_encodings": "none"}, {"mlp_t": False, "pos_encodings": "rope"}],
-    ids=["mlp_t", "attention-rope"],
+    ("overrides", "position_major"),
+    [
+        ({"mlp_t": True, "pos_encodings": "none"}, True),
+        ({"mlp_t": True, "pos_encodings": "none"}, False),  # the CPU's compiled layout
+        ({"mlp_t": False, "pos_encodings": "rope"}, None),
+    ],
+    ids=["mlp_t-position-major", "mlp_t-token-major", "attention-rope"],
 )
 @pytest.mark.slow
-def test_compiled_activation_count_matches_what_inductor_saves(overrides):
+def test_compiled_activation_count_matches_what_inductor_saves(overrides, position_major):
     arch = ArchSpec(
         hidden_size=64, num_heads=4, L_cycles=2, puzzle_emb_ndim=0, puzzle_emb_len=2, **overrides
     )
     sizes = memory_estimator.model_sizes(arch, SUDOKU)
     predicted = memory_estimator.step_activation_bytes(arch, sizes, "bf16", compiled=True)
-    measured = saved_bytes_per_sample(arch, "bf16", compiled=True)
+    measured = saved_bytes_per_sample(arch, "bf16", compiled=True, position_major=position_major)
     assert predicted == pytest.approx(measured, rel=0.03)
     assert predicted < memory_estimator.step_activation_bytes(arch, sizes, "bf16")

@@ -23,7 +23,7 @@ phase of a run:
   :meth:`~DeviceBackend.free_cached_memory`, :meth:`~DeviceBackend.used_fraction`;
 - seeding and resuming exactly: :meth:`~DeviceBackend.seed`,
   :meth:`~DeviceBackend.rng_state`, :meth:`~DeviceBackend.set_rng_state`;
-- compiling: :meth:`~DeviceBackend.compile`;
+- compiling: :meth:`~DeviceBackend.compile`, :meth:`~DeviceBackend.position_major_mlp`;
 - data parallelism: :meth:`~DeviceBackend.process_group_backends`,
   :meth:`~DeviceBackend.prepare_process_group`;
 - saving and reading: :meth:`~DeviceBackend.to_host` (checkpoints are written from host
@@ -198,6 +198,13 @@ class DeviceBackend:
         be replayed as device graphs (``RuntimeChoice.graphs``; only a backend that has them
         acts on it)."""
         net.compile()
+
+    def position_major_mlp(self, compiled: bool) -> bool:
+        """Whether the MLP variant's network (``arch.mlp_t``) runs position-major ([P, B, D],
+        no transposes) rather than token-major (the reference's [B, P, D] with transposes)
+        on this device, ``compiled`` or eager. The two compute the same function with the
+        same parameters; only speed differs. The default is position-major."""
+        return True
 
     # ---- data parallelism and saving ------------------------------------------------------
 

@@ -158,7 +158,8 @@ def new_state(
     local_batch: int | None = None,
     optimizer: DenseOptimizer | None = None,
 ) -> TrainState:
-    """A fresh state: the seeded model (compiled when the runtime says so), optimizers, EMA.
+    """A fresh state: the seeded model (in the layout the backend prefers for it, compiled
+    when the runtime says so), optimizers, EMA.
 
     ``local_batch`` (data parallelism) is this rank's rows of the global batch: the
     micro-batch is at most that. Every rank seeds alike, so all start from the same weights.
@@ -170,7 +171,8 @@ def new_state(
     micro_batch_size = spec.runtime.micro_batch_size or spec.train.global_batch_size
     if local_batch is not None:
         micro_batch_size = min(micro_batch_size, local_batch)
-    model = build_model(spec.arch, data.shape).to(torch.device(runtime.device))
+    position_major = runtime.backend.position_major_mlp(runtime.compile)
+    model = build_model(spec.arch, data.shape, position_major).to(torch.device(runtime.device))
     # "auto" starts off: the tier turned it "on" where that fits a faster micro-batch, and
     # memory-guard may switch it on after an out-of-memory error
     model.set_activation_checkpointing(spec.runtime.activation_checkpointing == "on")

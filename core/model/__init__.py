@@ -38,10 +38,12 @@ __all__ = [
 ]
 
 
-def build_model(arch, dataset) -> TinyRecursiveModel:
+def build_model(arch, dataset, position_major: bool | None = None) -> TinyRecursiveModel:
     """The TRM of ``arch`` (an ArchSpec) for a dataset of ``dataset``'s shape (a
-    :class:`trm.data.shape.DatasetShape`)."""
-    return TinyRecursiveModel(arch, **dataset.model_kwargs())
+    :class:`trm.data.shape.DatasetShape`). ``position_major``: the MLP variant's layout
+    (None: position-major; ignored for the attention variant, which has one layout)."""
+    layout = position_major if arch.mlp_t else None
+    return TinyRecursiveModel(arch, **dataset.model_kwargs(), position_major=layout)
 
 
 __all__ += ["build_model"]
