@@ -334,3 +334,34 @@ def test_the_official_model_trains_a_step_on_trms_quickstart_data(tmp_path, monk
         forward_dtype="float32",
     )  # fmt: skip
     assert fp32.name == "official-fp32" and fp32.precision == "fp32" and fp32.step() > 0
+
+
+def test_lever_cost_compares_each_lever_with_the_baseline(tmp_path):
+    lever_cost = _load("lever_cost")
+    memory = {"total_mib": 800.0, "optimizer states": 1.0, "activations": 300.0}
+    memory["carry (z_H, z_L)"] = 1.0
+    document = {
+        "levers": {
+            "baseline": {"sets": [], "step_s": 0.5, "memory": memory},
+            "wta4": {
+                "sets": ["train.latent_candidates=4"],
+                "step_s": 2.0,
+                "memory": {**memory, "activations": 1200.0},
+            },
+        }
+    }
+    rows = lever_cost.table_rows(document)
+    assert rows[0][:4] == ["baseline", "-", "0.500", "1.00"]
+    assert rows[1][:4] == ["wta4", "train.latent_candidates=4", "2.000", "4.00"]
+    assert rows[1][6] == "1200.00"
+    assert set(lever_cost.LEVERS["all"]) == {
+        *lever_cost.LEVERS["muon_swiglu"],
+        *lever_cost.LEVERS["wta4"],
+    }
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "lever_cost.py"), "--rounds", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and done.stderr.startswith("trm: error: --rounds")
