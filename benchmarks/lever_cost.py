@@ -26,7 +26,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # provenance, tables
 
 from provenance import load, provenance
-from tables import print_rows
+from tables import print_rows, read_document
+
+from trm.errors import TrmError
 
 LEVERS: dict[str, tuple[str, ...]] = {
     "baseline": (),
@@ -110,7 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="the table as markdown")
     args = parser.parse_args(argv)
     if args.from_json:
-        document = json.loads(args.from_json.read_text())
+        try:
+            document = read_document(args.from_json)
+        except TrmError as exc:
+            print(f"trm: error: {exc}", file=sys.stderr)
+            return 2
         print_rows(HEADERS, table_rows(document), markdown=args.markdown)
         return 0
     if min(args.rounds, args.steps, args.batch) < 1 or args.warmup < 0:

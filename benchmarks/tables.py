@@ -1,10 +1,15 @@
 """Plain-text and markdown tables for the benchmark scripts (which run as
-``python benchmarks/NAME.py``, so this module is importable as ``tables``)."""
+``python benchmarks/NAME.py``, so this module is importable as ``tables``), and the saved
+documents their ``--from-json`` reads."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+from trm.errors import TrmError
 
 
 def print_rows(
@@ -26,3 +31,15 @@ def print_rows(
 def print_record(report: Mapping[str, Any], columns: Sequence[str]) -> None:
     """One report's ``columns`` as a one-row table headed by the keys."""
     print_rows(columns, [[str(report[c]) for c in columns]])
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """The saved JSON document at ``path`` (``--from-json``); TrmError naming the file when it
+    cannot be read or is not a JSON object."""
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise TrmError(f"--from-json {path}: cannot read it ({exc})") from None
+    if not isinstance(document, dict):
+        raise TrmError(f"--from-json {path}: not a JSON object")
+    return document

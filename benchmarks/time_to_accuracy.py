@@ -63,7 +63,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tables, provenance, peer_steps
 
 from provenance import load, provenance
-from tables import print_rows
+from tables import print_rows, read_document
 
 from trm.errors import TrmError
 
@@ -461,7 +461,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trm: error: {exc}", file=sys.stderr)
         return 2
     if args.from_json:
-        document = json.loads(args.from_json.read_text())
+        try:
+            document = read_document(args.from_json)
+        except TrmError as exc:
+            print(f"trm: error: {exc}", file=sys.stderr)
+            return 2
         print_rows(HEADERS, table_rows(document), markdown=args.markdown)
         return 0
     if args.side:

@@ -232,6 +232,7 @@ def test_a_variant_side_runs_the_spec_with_its_sets_and_the_shared_ones(tta, tmp
         (["--threshold", "quickstart=2"], "--threshold quickstart=2"),
         (["--set", "train.max_steps"], "--set"),
         (["--jobs", "-1"], "--jobs"),
+        (["--from-json", "/nonexistent/tta.json"], "--from-json /nonexistent/tta.json"),
     ],
 )
 def test_time_to_accuracy_rejects_bad_sides_in_one_line(args, message, tmp_path):
@@ -365,3 +366,12 @@ def test_lever_cost_compares_each_lever_with_the_baseline(tmp_path):
         timeout=300,
     )
     assert done.returncode == 2 and done.stderr.startswith("trm: error: --rounds")
+    (tmp_path / "list.json").write_text("[]")
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "lever_cost.py"), "--from-json", tmp_path / "list.json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "not a JSON object" in lines[0]
