@@ -77,7 +77,14 @@ def estimate(spec: str, sets: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
-HEADERS = ("lever", "sets", "s/step (median)", "× baseline", "estimate MiB", *ITEMS)
+HEADERS = (
+    "lever",
+    "sets",
+    "s/step (median)",
+    "× baseline",
+    "estimate MiB",
+    *(f"{item} MiB" for item in ITEMS),
+)
 
 
 def table_rows(document: dict[str, Any]) -> list[list[str]]:
