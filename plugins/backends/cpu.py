@@ -43,11 +43,11 @@ class CpuDevice(DeviceBackend):
         return "cpu (the host)"
 
     def position_major_mlp(self, compiled: bool) -> bool:
-        """Eager, position-major; compiled, token-major: Inductor fuses the token-major
-        transposes into the norms around them, and that step is 1.16x (batch 32) and 1.18x
-        (batch 128) faster than the compiled position-major one on a 2-core Zen 3, where the
-        eager layouts are within 5% of each other
-        (benchmarks/results/layout-speed-quickstart-{compiled,eager}-epyc-zen3.json)."""
+        """Eager, position-major; compiled, token-major: the compiled token-major step was
+        1.16x (batch 32) and 1.18x (batch 128) faster than the compiled position-major one on
+        a 2-core Zen 3, where the eager layouts are within 5% of each other
+        (benchmarks/results/layout-speed-quickstart-{compiled,eager}-epyc-zen3.json). Other
+        CPUs are not measured."""
         return not compiled
 
 
