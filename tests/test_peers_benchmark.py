@@ -169,7 +169,7 @@ def test_time_to_accuracy_takes_the_first_evaluation_at_the_threshold(tta):
         "time_to_threshold_s": None,
         "step_at_threshold": None,
         "best_exact_accuracy": 0.99,
-        "time_to_s": {"0.5": 20.0, "0.8": 20.0, "0.9": 20.0, "0.95": 20.0, "0.97": 30.0},
+        "time_to_s": {"0.5": 10.0, "0.8": 20.0, "0.9": 20.0, "0.95": 20.0, "0.97": 30.0},
     }
 
 
