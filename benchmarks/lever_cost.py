@@ -26,9 +26,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # provenance, tables
 
 from provenance import load, provenance
-from tables import print_rows, read_document
-
-from trm.errors import TrmError
+from tables import print_rows, print_saved
 
 LEVERS: dict[str, tuple[str, ...]] = {
     "baseline": (),
@@ -119,13 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="the table as markdown")
     args = parser.parse_args(argv)
     if args.from_json:
-        try:
-            document = read_document(args.from_json)
-        except TrmError as exc:
-            print(f"trm: error: {exc}", file=sys.stderr)
-            return 2
-        print_rows(HEADERS, table_rows(document), markdown=args.markdown)
-        return 0
+        return print_saved(args.from_json, HEADERS, table_rows, args.markdown)
     if min(args.rounds, args.steps, args.batch) < 1 or args.warmup < 0:
         print("trm: error: --rounds, --steps and --batch must be positive", file=sys.stderr)
         return 2

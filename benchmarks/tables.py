@@ -5,7 +5,8 @@ documents their ``--from-json`` reads."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,3 +44,20 @@ def read_document(path: Path) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise TrmError(f"--from-json {path}: not a JSON object")
     return document
+
+
+def print_saved(
+    path: Path,
+    headers: Sequence[str],
+    table_rows: Callable[[dict[str, Any]], list[list[str]]],
+    markdown: bool = False,
+) -> int:
+    """``--from-json PATH``: print the table ``table_rows`` makes of the saved document; the
+    exit code (2 with one ``trm: error:`` line when the file cannot be read)."""
+    try:
+        document = read_document(path)
+    except TrmError as exc:
+        print(f"trm: error: {exc}", file=sys.stderr)
+        return 2
+    print_rows(headers, table_rows(document), markdown=markdown)
+    return 0

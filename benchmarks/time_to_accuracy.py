@@ -63,7 +63,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tables, provenance, peer_steps
 
 from provenance import load, provenance
-from tables import print_rows, read_document
+from tables import print_rows, print_saved
 
 from trm.errors import TrmError
 
@@ -461,13 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trm: error: {exc}", file=sys.stderr)
         return 2
     if args.from_json:
-        try:
-            document = read_document(args.from_json)
-        except TrmError as exc:
-            print(f"trm: error: {exc}", file=sys.stderr)
-            return 2
-        print_rows(HEADERS, table_rows(document), markdown=args.markdown)
-        return 0
+        return print_saved(args.from_json, HEADERS, table_rows, args.markdown)
     if args.side:
         return run_one(args)
 
