@@ -7,10 +7,11 @@ Shapes: the Sudoku MLP network (specs/sudoku-extreme-mlp.toml, 81 cells, batch 3
 and the Maze-Hard attention network (specs/maze-hard-att.toml, 900 cells, batch 4 by default: a
 step at batch 32 takes minutes on a 2-core CPU, and per sample the products are the same
 once they are this large). For each, the model, optimizers and EMA are built as ``trm run``
-builds them; ``net`` is compiled and the step runs under bf16 autocast where the CPU has
-native bf16 (fp32 otherwise), with freed host memory kept for reuse as the CPU backend does.
-A step is the loop's own: :func:`trm.loop.step.accumulate_gradients`, the carry write-back,
-the optimizer steps and the EMA update, on one synthetic batch. Two untimed steps compile;
+builds them; the recursion region is compiled (as a run compiles it) and the step runs under
+bf16 autocast where the CPU has native bf16 (fp32 otherwise), with freed host memory kept for
+reuse as the CPU backend does. A step is the loop's own:
+:func:`trm.loop.step.accumulate_gradients`, the carry write-back, the optimizer steps and the
+EMA update, on one synthetic batch. Two untimed steps compile;
 then ``--steps`` steps are profiled with ``torch.profiler`` (CPU, with shapes).
 
 Per shape the document holds:
@@ -56,10 +57,16 @@ ATTENTION_OPS = (
 )
 
 
-def build(spec_name: str, batch: int, seq_len: int, vocab: int, bf16: bool) -> dict[str, Any]:
-    """Model (``net`` compiled), optimizers, EMA, a synthetic batch and its carry."""
+def build(
+    spec_name: str, batch: int, seq_len: int, vocab: int, bf16: bool, unit: str = "region"
+) -> dict[str, Any]:
+    """Model, optimizers, EMA, a synthetic batch and its carry. ``unit``: what is compiled,
+    ``region`` (the recursion, as ``trm run`` compiles: :func:`trm.device.compile.
+    compile_network` with the CPU backend) or ``net`` (the shared network alone)."""
+    from trm.device.compile import compile_network
     from trm.device.contract import host_placement
     from trm.model import EMA, TinyRecursiveModel, build_optimizers
+    from trm.plugins.backends import cpu
     from trm.spec import load_spec, resolve_spec_path
 
     spec = load_spec(resolve_spec_path(spec_name))
@@ -67,7 +74,10 @@ def build(spec_name: str, batch: int, seq_len: int, vocab: int, bf16: bool) -> d
     model = TinyRecursiveModel(
         spec.arch, seq_len=seq_len, vocab_size=vocab, num_puzzle_identifiers=2
     ).train()
-    model.net.compile()
+    if unit == "net":
+        model.net.compile()
+    else:
+        compile_network(model, cpu.CPU)
     generator = torch.Generator().manual_seed(spec.train.seed)
     batch_tensors = {
         "inputs": torch.randint(1, vocab, (batch, seq_len), generator=generator),

@@ -20,10 +20,12 @@ from tests.tiny_run import (
     write_spec,
 )
 from trm.cli.main import main
+from trm.device.compile import compile_network
 from trm.hardware import HardwareProfile
 from trm.memory import MemoryEstimate, MemoryItem
 from trm.model import ACTLoss, TinyRecursiveModel
 from trm.model.trm import RecursiveNet
+from trm.plugins.backends import cpu
 from trm.plugins.operations import memory_guard
 from trm.plugins.planning import tiers
 from trm.spec import ArchSpec, RunSpec, RuntimeSpec, TrainSpec
@@ -80,9 +82,9 @@ def pair(arch: ArchSpec, compiled: bool = False) -> tuple[TinyRecursiveModel, Ti
         keeps.puzzle_emb.weights.normal_()
         recomputes.puzzle_emb.weights.copy_(keeps.puzzle_emb.weights)
     recomputes.set_activation_checkpointing(True)
-    if compiled:
-        keeps.net.compile()
-        recomputes.net.compile()
+    if compiled:  # as a run compiles: the whole recursion region
+        compile_network(keeps, cpu.CPU)
+        compile_network(recomputes, cpu.CPU)
     return keeps, recomputes
 
 

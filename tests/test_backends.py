@@ -62,13 +62,18 @@ def test_compile_on_mps_is_treated_as_unavailable() -> None:
 
 
 def test_compiling_keeps_state_dict_keys_and_is_idempotent() -> None:
+    """What is compiled is the recursion region, which holds no parameters and is no
+    registered submodule: keys, parameters and modules are the same compiled or not."""
     model = TinyRecursiveModel(ArchSpec(hidden_size=16, num_heads=2, L_layers=1), 4, 5, 2)
     keys = list(model.state_dict())
+    modules = [name for name, _ in model.named_modules()]
     compile_network(model, cpu.CPU)
-    compiled_call = model.net._compiled_call_impl
+    compiled_call = model.region._compiled_call_impl
     assert compiled_call is not None and list(model.state_dict()) == keys
+    assert [name for name, _ in model.named_modules()] == modules
+    assert list(model.region.parameters()) == [] and model.net._compiled_call_impl is None
     compile_network(model, cpu.CPU)
-    assert model.net._compiled_call_impl is compiled_call and is_compiled(model)
+    assert model.region._compiled_call_impl is compiled_call and is_compiled(model)
     eager = TinyRecursiveModel(ArchSpec(hidden_size=16, num_heads=2, L_layers=1), 4, 5, 2)
     assert not is_compiled(eager)
 

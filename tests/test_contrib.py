@@ -27,6 +27,7 @@ from trm.cli.main import main
 from trm.contrib.adaptive_halting import AdaptiveHaltingOptions
 from trm.contrib.curriculum import CurriculumOptions, Stage
 from trm.control import TrainControl
+from trm.device.compile import compile_network
 from trm.model import TinyRecursiveModel
 from trm.spec import ArchSpec
 
@@ -210,27 +211,27 @@ def test_the_control_refuses_an_impossible_depth_or_probability():
     assert control.recursion_request == (2, 3, "b")
 
 
-def test_a_new_depth_recompiles_the_compiled_network_at_most_once_per_stage():
-    """The cycles loop in eager Python around the compiled ``net``, so a depth is no part of
-    any compiled graph; the only new graph a stage can need is the no-grad one, when
-    H_cycles first exceeds 1. Counted with Dynamo's counters (the eager backend compiles in
-    milliseconds; Inductor's guards are Dynamo's, the same)."""
+def test_a_new_depth_compiles_the_region_once_and_a_depth_seen_before_compiles_nothing():
+    """The compiled unit is the whole recursion (trm.model.region), unrolled at the depth in
+    force: a stage at a new depth compiles it once more (its training graph), a return to a
+    depth already run compiles nothing. Counted with Dynamo's counters (the eager backend
+    compiles in milliseconds; Inductor's guards are Dynamo's, the same)."""
     from torch._dynamo.utils import counters
 
     torch._dynamo.reset()
     counters.clear()
     model, batch = _tiny_model(H_cycles=3, L_cycles=4)
-    model.net.compile(backend="eager")
-    stages = [(1, 2), (2, 4), (3, 4), (3, 2), (3, 4)]
+    cpu_backend = SimpleNamespace(compile=lambda unit: unit.compile(backend="eager"))
+    compile_network(model, cpu_backend)
+    stages = [(1, 2), (2, 4), (3, 4), (3, 2), (3, 4), (1, 2)]
     graphs = []
     for H_cycles, L_cycles in stages:
         model.set_recursion(H_cycles=H_cycles, L_cycles=L_cycles)
         _two_steps(model, batch)
         graphs.append(counters["stats"]["unique_graphs"])
     torch._dynamo.reset()
-    assert graphs[0] > 0
-    assert all(b - a <= 1 for a, b in itertools.pairwise(graphs))
-    assert graphs[-1] - graphs[0] <= 1
+    new_graphs = [graphs[0]] + [b - a for a, b in itertools.pairwise(graphs)]
+    assert new_graphs == [1, 1, 1, 1, 0, 0]
 
 
 # ---------------------------------------------------------------- through the loop

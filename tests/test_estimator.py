@@ -48,7 +48,7 @@ def saved_bytes_per_sample(
             # what earlier tests of this process compiled (their guards, recompile counts)
             # must not decide how this network compiles
             torch._dynamo.reset()
-            model.net.compile(dynamic=False)
+            model.region.compile(dynamic=False)  # as compile_network, static shapes
         data = {
             "inputs": torch.randint(1, 6, (batch, shape.seq_len)),
             "labels": torch.randint(2, 6, (batch, shape.seq_len)),

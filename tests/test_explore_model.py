@@ -22,13 +22,13 @@ PLACEMENT = Placement(HOST, torch.device("cpu"))
 
 
 class CountingNoise(LatentNoise):
-    """LatentNoise that counts its additions."""
+    """LatentNoise that counts its draws (one addend an H cycle)."""
 
     calls: int = 0
 
-    def add(self, z_L, position_major):
+    def addend(self, z_L, position_major):
         type(self).calls += 1
-        return super().add(z_L, position_major)
+        return super().addend(z_L, position_major)
 
 
 def tiny_model(**overrides):

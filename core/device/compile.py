@@ -4,10 +4,12 @@ fallback to eager when compiling fails at the first step.
 Backend plugins decide with :func:`choose_compile` (``runtime.compile`` = auto, on, off),
 asking their backend's ``compile_unavailable_reason`` (the helpers below check the toolchains
 Inductor needs); the loop applies the decision with :func:`compile_network`. What is compiled is
-the shared network ``net`` (in place, so state-dict keys and checkpoints are unchanged): it is
-where nearly all the FLOPs are, and compiling it fuses the RMS norms, SiLU, residual sums and
-casts between the matrix products. The sparse puzzle embedding, which makes a fresh leaf
-tensor on every call, and the ACT bookkeeping stay eager.
+the model's recursion region (``model.region``, :mod:`trm.model.region`): every call of the
+shared network over a supervision step's cycles and the output heads, as one graph, in place
+(state-dict keys and checkpoints are unchanged). It is where nearly all the FLOPs are, and
+compiling it fuses the RMS norms, SiLU, residual and injection sums and casts between the matrix
+products across the calls. The input embeddings (the sparse puzzle embedding makes a fresh leaf
+tensor on every call), the noise draws and the ACT bookkeeping stay eager.
 
 Compiling happens lazily, at the first forward. When it fails there (a missing C compiler or
 Python headers in a bare container, an Inductor bug: ``BackendCompilerFailed``), the step is
@@ -103,52 +105,71 @@ def planner_decides(setting: str, backend: DeviceBackend, large_network: bool) -
     return (dynamo_unavailable_reason() or backend.compile_unavailable_reason()) is None
 
 
+# Graphs Dynamo may keep for the region before it runs the region eager: one per depth a
+# schedule visits, times training and evaluation (grad mode), a first static shape and then
+# dynamic ones; torch's default (8) can be reached by a curriculum run with evaluations.
+REGION_RECOMPILE_LIMIT = 32
+
+
+def compiled_unit(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The module :func:`compile_network` compiles: ``model.region`` (the recursion of a
+    supervision step), or ``model.net`` for a model without one; None when it has neither."""
+    unit = getattr(model, "region", None)
+    return unit if unit is not None else getattr(model, "net", None)
+
+
 def compile_network(
     model: torch.nn.Module, backend: DeviceBackend, graphs: bool = False
 ) -> torch.nn.Module:
-    """Compile ``model.net`` in place with ``backend``; returns ``model``.
+    """Compile the model's recursion region (:func:`compiled_unit`) in place with
+    ``backend``; returns ``model``.
 
     The first shapes compile static; a later shape (an evaluation batch, a smaller
     micro-batch) recompiles once with dynamic sizes. ``graphs``: replay the compiled kernels
-    as device graphs where the backend has them (CUDA graphs). Idempotent: an already
-    compiled network is left as it is.
+    as device graphs where the backend has them (CUDA graphs). Raises Dynamo's recompile
+    limit to :data:`REGION_RECOMPILE_LIMIT` where it is lower. Idempotent: an already
+    compiled model is left as it is.
     """
-    net = getattr(model, "net", None)
-    if net is None or is_compiled(model):
+    unit = compiled_unit(model)
+    if unit is None or is_compiled(model):
         return model
     use_persistent_compile_cache()
+    config = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):  # the name changed in torch 2.7
+        if isinstance(getattr(config, name, None), int):
+            setattr(config, name, max(getattr(config, name), REGION_RECOMPILE_LIMIT))
+            break
     if graphs:
-        backend.compile(net, graphs=True)
-    else:  # a backend written before device graphs takes the network alone
-        backend.compile(net)
-    net._trm_graphs = graphs
+        backend.compile(unit, graphs=True)
+    else:  # a backend written before device graphs takes the module alone
+        backend.compile(unit)
+    unit._trm_graphs = graphs
     return model
 
 
 def uses_graphs(model: torch.nn.Module) -> bool:
-    """Whether ``model.net`` was compiled to replay device graphs."""
-    net = getattr(model, "net", None)
-    return is_compiled(model) and bool(getattr(net, "_trm_graphs", False))
+    """Whether the model was compiled to replay device graphs."""
+    return is_compiled(model) and bool(getattr(compiled_unit(model), "_trm_graphs", False))
 
 
 def compile_without_graphs(model: torch.nn.Module, backend: DeviceBackend) -> None:
-    """Compile ``model.net`` again, without device graphs (after their capture failed)."""
+    """Compile the model again, without device graphs (after their capture failed)."""
     uncompile_network(model)
     compile_network(model, backend, graphs=False)
 
 
 def is_compiled(model: torch.nn.Module) -> bool:
-    """Whether ``model.net`` runs through torch.compile."""
-    net = getattr(model, "net", None)
-    return net is not None and getattr(net, "_compiled_call_impl", None) is not None
+    """Whether the model's recursion runs through torch.compile (its :func:`compiled_unit`)."""
+    unit = compiled_unit(model)
+    return unit is not None and getattr(unit, "_compiled_call_impl", None) is not None
 
 
 def uncompile_network(model: torch.nn.Module) -> None:
-    """Make ``model.net`` run eager again (after a compile failure); weights untouched."""
-    net = getattr(model, "net", None)
-    if net is not None:
-        net._compiled_call_impl = None
-        net._trm_graphs = False
+    """Make the model run eager again (after a compile failure); weights untouched."""
+    unit = compiled_unit(model)
+    if unit is not None:
+        unit._compiled_call_impl = None
+        unit._trm_graphs = False
 
 
 def is_compile_failure(error: BaseException) -> bool:

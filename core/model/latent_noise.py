@@ -23,14 +23,26 @@ class LatentNoise:
     scale_rows: Tensor
     generator: torch.Generator
 
-    def add(self, z_L: Tensor, position_major: bool) -> Tensor:
-        """``z_L`` ([B, P, D], or [P, B, D] when ``position_major``) plus this noise, in
-        ``z_L``'s dtype; the draws are float32 whatever that dtype."""
+    def addend(self, z_L: Tensor, position_major: bool) -> Tensor:
+        """One H cycle's float32 noise for a state shaped and placed like ``z_L`` ([B, P, D],
+        or [P, B, D] when ``position_major``): ``scale_rows`` times fresh draws. The model
+        draws every cycle's addend before its recursion (a generator's draws cannot run inside
+        a compiled graph) and adds it with :func:`add_noise`."""
         device = self.generator.device
         eps = torch.randn(z_L.shape, generator=self.generator, device=device)
         eps = eps.to(z_L.device)
         rows = (1, -1, 1) if position_major else (-1, 1, 1)
-        return (z_L.float() + eps * self.scale_rows.view(rows)).to(z_L.dtype)
+        return eps * self.scale_rows.view(rows)
+
+    def add(self, z_L: Tensor, position_major: bool) -> Tensor:
+        """``z_L`` plus one fresh :meth:`addend`, in ``z_L``'s dtype; the draws are float32
+        whatever that dtype."""
+        return add_noise(z_L, self.addend(z_L, position_major))
+
+
+def add_noise(z_L: Tensor, addend: Tensor) -> Tensor:
+    """``z_L + addend`` computed in float32, returned in ``z_L``'s dtype."""
+    return (z_L.float() + addend).to(z_L.dtype)
 
 
 def noise_generator(device: torch.device, seed: int) -> torch.Generator:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +28,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..spec import ArchSpec
 from ..spec.checks import check_attention_window
-from .latent_noise import LatentNoise
+from .latent_noise import LatentNoise, add_noise
 from .layers import (
     Attention,
     CosSin,
@@ -38,6 +39,7 @@ from .layers import (
     rms_norm,
     trunc_normal_,
 )
+from .region import RecursionRegion
 from .sparse_embedding import SparsePuzzleEmbedding
 from .window import WindowMasks
 
@@ -246,6 +248,10 @@ class TinyRecursiveModel(nn.Module):
         if position_major and not arch.mlp_t:
             raise ValueError("position_major needs the MLP variant (arch.mlp_t = true)")
         self.net = RecursiveNet(arch, self.num_positions, position_major)
+        # The unit torch.compile compiles (trm.model.region), kept out of the registered
+        # submodules so that state-dict keys are the same compiled or not.
+        self.region: RecursionRegion
+        object.__setattr__(self, "region", RecursionRegion(self))
         self.window_masks: WindowMasks | None = None
         if arch.attention_window > 0:
             side = check_attention_window(arch, seq_len)
@@ -293,10 +299,9 @@ class TinyRecursiveModel(nn.Module):
 
         The model starts with the spec's values (``arch.H_cycles``, ``arch.L_cycles``,
         ``arch.halt_exploration_prob``); a training schedule may change them between steps.
-        No shape depends on them, so weights, optimizer state and the carry stay valid, and
-        the compiled ``net`` is not recompiled for a new depth (the cycles loop in eager
-        Python around it). A value left None is kept. ValueError for a depth below 1 or a
-        probability outside [0, 1].
+        No shape depends on them, so weights, optimizer state and the carry stay valid; a
+        compiled :attr:`region` compiles once more for each depth it has not run at. A value
+        left None is kept. ValueError for a depth below 1 or a probability outside [0, 1].
         """
         if H_cycles is not None:
             if H_cycles < 1:
@@ -371,7 +376,8 @@ class TinyRecursiveModel(nn.Module):
         built once per device and dtype."""
         if self.window_masks is None:
             return None
-        compiled = getattr(self.net, "_compiled_call_impl", None) is not None
+        net_compiled = getattr(self.net, "_compiled_call_impl", None) is not None
+        compiled = self.region.is_compiled() or net_compiled
         dtype = self.autocast_dtype() or self.H_init.dtype
         return self.window_masks.for_call(device, compiled, dtype)
 
@@ -410,10 +416,35 @@ class TinyRecursiveModel(nn.Module):
         cycle is differentiable, z_H/z_L are returned with their graph (detach to carry).
         The depth is the one in force (:meth:`set_recursion`; the spec's by default). With
         latent noise on (:meth:`latent_noise_on`) each H cycle first adds it to ``z_L``.
+
+        The embeddings, the attention mask and the noise draws are made here, eagerly; the
+        recursion itself runs through :attr:`region` (:mod:`trm.model.region`), the unit
+        torch.compile compiles.
         """
         cos_sin = self.cos_sin()
         mask = self.attention_mask(data["inputs"].device)
         x = self.input_embeddings(data["inputs"], data["puzzle_identifiers"])
+        noise = None
+        if self.latent_noise is not None:
+            position_major = self.net.position_major
+            state = z_L.transpose(0, 1) if position_major else z_L
+            noise = tuple(
+                self.latent_noise.addend(state, position_major) for _ in range(self.H_cycles)
+            )
+        return self.region(z_H, z_L, x, cos_sin, mask, noise)
+
+    def recursion(
+        self,
+        z_H: Tensor,
+        z_L: Tensor,
+        x: Tensor,
+        cos_sin: CosSin | None,
+        mask: Any,
+        noise: tuple[Tensor, ...] | None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The recursion of :meth:`recurse` from the input embeddings ``x`` on: the H and L
+        cycles and the output heads. ``noise``: one float32 addend for ``z_L`` per H cycle
+        (in the recursion's layout), or None. Called through :attr:`region`."""
         H_cycles, L_cycles = self.H_cycles, self.L_cycles
         position_major = self.net.position_major
         # As in the reference, under autocast the states are kept in the autocast dtype
@@ -424,11 +455,10 @@ class TinyRecursiveModel(nn.Module):
             states = tuple(t.transpose(0, 1) for t in states)
         z_H, z_L, x = (t.to(dtype=dtype, memory_format=torch.contiguous_format) for t in states)
         net = self.network_for_step()
-        noise = self.latent_noise
         with torch.no_grad():
-            for _ in range(H_cycles - 1):
+            for cycle in range(H_cycles - 1):
                 if noise is not None:
-                    z_L = noise.add(z_L, position_major)
+                    z_L = add_noise(z_L, noise[cycle])
                 for _ in range(L_cycles):
                     z_L = net(z_L, z_H + x, cos_sin, mask)
                 z_H = net(z_H, z_L, cos_sin, mask)
@@ -436,7 +466,7 @@ class TinyRecursiveModel(nn.Module):
         if self.activation_checkpointing and torch.is_grad_enabled():
             grad_net = recomputed_in_backward(net)
         if noise is not None:
-            z_L = noise.add(z_L, position_major)
+            z_L = add_noise(z_L, noise[H_cycles - 1])
         for _ in range(L_cycles):
             z_L = grad_net(z_L, z_H + x, cos_sin, mask)
         z_H = grad_net(z_H, z_L, cos_sin, mask)
