@@ -4,7 +4,7 @@ the small-network compile decision (:mod:`trm.device.compile_payoff`) reads.
 The ledger is one JSON file in trm's cache directory (:func:`trm.paths.cache_dir`,
 ``TRM_CACHE_DIR`` overrides it; ``TRM_COMPILE_LEDGER`` names another file, or ``off`` for
 none: nothing read, nothing written): ``compile-ledger.json``, a mapping from a :func:`ledger_key`
-(device and its model, torch version, precision, threads, the network's shape and the rows a
+(device and its model, torch version, precision, threads, the network's shape and depth, the rows a
 micro-batch) to a :class:`CompileRecord` of the seconds last measured there. Runs write it as
 they end (the ``compile-ledger`` plugin) and ``trm bench`` writes what it timed, so a machine
 learns its own figures: the first run of a shape trains as the rule's priors say, the next ones
@@ -81,12 +81,15 @@ def ledger_key(
     positions: int,
     micro_batch: int,
 ) -> str:
-    """The identity of a measurement: what makes a step's cost differ on one machine."""
+    """The identity of a measurement: what makes a step's cost differ on one machine. The
+    depth is part of it: the compiled unit is the recursion unrolled at the spec's depth
+    (:mod:`trm.model.region`), so both its compile seconds and its step grow with it."""
     mixing = "mlp_t" if arch.mlp_t else f"attention {arch.num_heads} heads"
     return (
         f"{device} {device_model} | torch {torch.__version__} | {precision} | "
         f"threads {threads} | hidden {arch.hidden_size} x{arch.expansion} "
-        f"L_layers {arch.L_layers} {mixing} | positions {positions} | rows {micro_batch}"
+        f"L_layers {arch.L_layers} {mixing} | depth H{arch.H_cycles} L{arch.L_cycles} | "
+        f"positions {positions} | rows {micro_batch}"
     )
 
 
