@@ -7,8 +7,10 @@ differentiable cycle) and the output heads. In one graph Inductor fuses across t
 injection sums ``z_H + x``, the norms at a call's ends), AOTAutograd writes one backward whose
 weight gradients accumulate inside it, and a step pays Dynamo's guards and the compiled
 function's wrappers once instead of once per call. On a 2-core Zen 3 at the quickstart shape
-that made the compiled step 1.15-1.20x faster than compiling ``net`` alone
-(benchmarks/results/compile-unit-quickstart-epyc-zen3.json).
+(one thread, the other core busy) the region's step was 1.08x (batch 32) and 1.04x (batch 128)
+faster than ``net``'s compiled alone, and its three compiling steps took 81 s against 25 s,
+with Inductor's on-disk cache as the machine had it
+(benchmarks/results/compile-unit-quickstart-epyc-zen3-shared.json).
 
 :class:`RecursionRegion` is that unit: a module with no parameters or buffers of its own whose
 ``forward`` is the owner's :meth:`~trm.model.TinyRecursiveModel.recursion`. The owner keeps it
