@@ -30,6 +30,7 @@ from tests.tiny_run import (
     build_tiny_data,
     checkpoint_steps,
     eval_steps,
+    run_here,
     summary,
     train_steps,
     write_spec,
@@ -85,39 +86,51 @@ def _train_rows(run_dir: Path) -> int:
         return 0
 
 
-def _kill_mid_run_then_resume(env: dict[str, str], spec: Path, run_dir: Path) -> list[int]:
-    """SIGKILL a run once it has logged three steps, then run the same command again."""
+def _kill_mid_run(env: dict[str, str], spec: Path, run_dir: Path) -> int:
+    """SIGKILL a run once it has logged three steps; its exit code."""
     process = _start(env, spec, run_dir, "kill")
     while process.poll() is None:
         if _train_rows(run_dir) >= 3:
             os.kill(process.pid, signal.SIGKILL)
             break
         time.sleep(0.001)
-    killed = _finish(process)
+    return _finish(process)
+
+
+def _kill_mid_run_then_resume(env: dict[str, str], spec: Path, run_dir: Path) -> list[int]:
+    """SIGKILL a run once it has logged three steps, then run the same command again."""
+    killed = _kill_mid_run(env, spec, run_dir)
     return [killed, _finish(_start(env, spec, run_dir, "resume"))]
+
+
+def _run_here(spec: Path, run_dir: Path, name: str) -> int:
+    """The run in this process (tests.tiny_run.run_here), with the log a subprocess writes."""
+    code, _ = run_here(spec, run_dir, run_dir.parent / f"{run_dir.name}-{name}.log")
+    return code
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, installed) -> tuple[Path, dict[str, list[int]]]:
     """For Lion and the out-of-tree SGD: an uninterrupted tiny run and one killed mid-run and
-    resumed, side by side in threads. Returns the base folder and each run's exit codes."""
+    resumed. Returns the base folder and each run's exit codes.
+
+    The SGD runs are subprocesses (the plugin is installed for them alone), side by side in
+    threads, as is Lion's killed run; Lion's uninterrupted run and its resume (the built-in
+    plugin) run meanwhile in this process, in the main thread (tests.tiny_run.run_here)."""
     base = tmp_path_factory.mktemp("optimizers")
     data = build_tiny_data(base / "data")
-    specs = {
-        "lion": write_spec(base / "lion", data, optimizer="lion", lr=3e-4, weight_decay=0.3),
-        "sgd": write_spec(base / "sgd", data, optimizer="sgd_momentum", lr=0.05),
-    }
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {}
-        for name, spec in specs.items():
-            reference = base / f"{name}-reference"
-            futures[f"{name}-reference"] = pool.submit(
-                lambda s=spec, r=reference: [_finish(_start(installed, s, r, "run"))]
-            )
-            futures[f"{name}-resumed"] = pool.submit(
-                _kill_mid_run_then_resume, installed, spec, base / f"{name}-resumed"
-            )
-        return base, {name: future.result() for name, future in futures.items()}
+    lion = write_spec(base / "lion", data, optimizer="lion", lr=3e-4, weight_decay=0.3)
+    sgd = write_spec(base / "sgd", data, optimizer="sgd_momentum", lr=0.05)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        sgd_reference = pool.submit(_finish, _start(installed, sgd, base / "sgd-reference", "run"))
+        sgd_resumed = pool.submit(_kill_mid_run_then_resume, installed, sgd, base / "sgd-resumed")
+        lion_killed = pool.submit(_kill_mid_run, installed, lion, base / "lion-resumed")
+        codes = {"lion-reference": [_run_here(lion, base / "lion-reference", "run")]}
+        killed = lion_killed.result()
+        codes["lion-resumed"] = [killed, _run_here(lion, base / "lion-resumed", "resume")]
+        codes["sgd-reference"] = [sgd_reference.result()]
+        codes["sgd-resumed"] = sgd_resumed.result()
+    return base, codes
 
 
 def _dense_state(run_dir: Path) -> dict:

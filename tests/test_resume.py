@@ -3,7 +3,10 @@
 Each scenario runs ``python -m trm run`` as a real subprocess on the tiny spec (one thread,
 a checkpoint every step), kills it, resumes it with the same command, and compares with an
 uninterrupted run: summary.json's final_weights_sha256 must be equal, and metrics.jsonl must
-hold every step exactly once. The scenarios run side by side in threads to save time.
+hold every step exactly once. The killed runs are subprocesses, side by side in threads; the
+uninterrupted run and each scenario's last, resuming run end by themselves, so they run in
+this process (``tests.tiny_run.run_here``), one at a time in the main thread, each saving a
+Python and torch start-up.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tests.tiny_run import (
     TOTAL_STEPS,
     build_tiny_data,
     eval_steps,
+    run_here,
     summary,
     train_steps,
     write_spec,
@@ -66,6 +70,11 @@ def _run(run_dir: Path, spec: Path, name: str, faults: str = "") -> Phase:
     return _finish(_trm(run_dir, spec, log, faults), log)
 
 
+def _run_here(run_dir: Path, spec: Path, name: str) -> Phase:
+    """The run in this process (tests.tiny_run.run_here), with the log a subprocess writes."""
+    return Phase(*run_here(spec, run_dir, run_dir.parent / f"{run_dir.name}-{name}.log"))
+
+
 def _run_and_kill(run_dir: Path, spec: Path, name: str, when: Callable[[], bool]) -> Phase:
     """Start a run and SIGKILL it the first moment ``when()`` holds (polled every ~1 ms)."""
     log = run_dir.parent / f"{run_dir.name}-{name}.log"
@@ -94,51 +103,51 @@ def _exists(path: Path) -> Callable[[], bool]:
     return path.exists
 
 
-def _reference(base: Path, spec: Path) -> list[Phase]:
-    return [_run(base / "reference", spec, "run")]
+class Killed:
+    """A scenario's killed processes, and the spec its last, resuming run is given."""
+
+    def __init__(self, phases: list[Phase], spec: Path) -> None:
+        self.phases, self.spec = phases, spec
 
 
-def _killed_mid_step(base: Path, spec: Path) -> list[Phase]:
+def _killed_mid_step(base: Path, spec: Path) -> Killed:
     run_dir = base / "mid-step"
-    return [
-        _run_and_kill(run_dir, spec, "kill", _train_rows_at_least(run_dir, 3)),
-        _run(run_dir, spec, "resume"),
-    ]
+    return Killed([_run_and_kill(run_dir, spec, "kill", _train_rows_at_least(run_dir, 3))], spec)
 
 
-def _killed_inside_a_checkpoint_write(base: Path, spec: Path) -> list[Phase]:
+def _killed_inside_a_checkpoint_write(base: Path, spec: Path) -> Killed:
     run_dir = base / "in-save"
     killed = _run(run_dir, spec, "kill", faults="kill-in-save@7")
     leftovers = sorted(p.name for p in (run_dir / "checkpoints").glob(".step-*.tmp"))
     killed.err += f"\nleftovers: {leftovers}\n"
-    return [killed, _run(run_dir, spec, "resume")]
+    return Killed([killed], spec)
 
 
-def _killed_twice(base: Path, spec: Path) -> list[Phase]:
+def _killed_twice(base: Path, spec: Path) -> Killed:
     run_dir = base / "twice"
     fifth = run_dir / "checkpoints" / "step-00000005.pt"
-    return [
-        _run_and_kill(run_dir, spec, "kill1", _exists(fifth)),
-        _run_and_kill(run_dir, spec, "kill2", _train_rows_at_least(run_dir, 10)),
-        _run(run_dir, spec, "resume"),
-    ]
+    return Killed(
+        [
+            _run_and_kill(run_dir, spec, "kill1", _exists(fifth)),
+            _run_and_kill(run_dir, spec, "kill2", _train_rows_at_least(run_dir, 10)),
+        ],
+        spec,
+    )
 
 
-def _streamed_killed_mid_step(base: Path, spec: Path) -> list[Phase]:
+def _streamed_killed_mid_step(base: Path, spec: Path) -> Killed:
     """The stream reader (prefetching 2 steps ahead) instead of the memory reader."""
     run_dir = base / "stream-mid-step"
     streamed = base / "stream.toml"
     streamed.write_text(
         spec.read_text().replace("[data]\n", '[data]\nreader = "stream"\nprefetch_steps = 2\n')
     )
-    return [
-        _run_and_kill(run_dir, streamed, "kill", _train_rows_at_least(run_dir, 4)),
-        _run(run_dir, streamed, "resume"),
-    ]
+    killed = _run_and_kill(run_dir, streamed, "kill", _train_rows_at_least(run_dir, 4))
+    return Killed([killed], streamed)
 
 
-SCENARIOS: dict[str, Callable[[Path, Path], list[Phase]]] = {
-    "reference": _reference,
+# Each scenario's killed processes; its last run resumes in the folder of the scenario's name.
+KILLED: dict[str, Callable[[Path, Path], Killed]] = {
     "mid-step": _killed_mid_step,
     "in-save": _killed_inside_a_checkpoint_write,
     "twice": _killed_twice,
@@ -148,11 +157,18 @@ SCENARIOS: dict[str, Callable[[Path, Path], list[Phase]]] = {
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> tuple[Path, dict[str, list[Phase]]]:
+    """Each scenario's phases (the uninterrupted run's one phase as ``reference``): the killed
+    subprocesses in threads, while this thread runs the reference, then each scenario's
+    resume as its kills end."""
     base = tmp_path_factory.mktemp("resume")
     spec = write_spec(base, build_tiny_data(base / "data"))
-    with ThreadPoolExecutor(max_workers=len(SCENARIOS)) as pool:
-        futures = {name: pool.submit(run, base, spec) for name, run in SCENARIOS.items()}
-        return base, {name: future.result() for name, future in futures.items()}
+    with ThreadPoolExecutor(max_workers=len(KILLED)) as pool:
+        futures = {name: pool.submit(kill, base, spec) for name, kill in KILLED.items()}
+        results = {"reference": [_run_here(base / "reference", spec, "run")]}
+        for name, future in futures.items():
+            killed = future.result()
+            results[name] = [*killed.phases, _run_here(base / name, killed.spec, "resume")]
+    return base, results
 
 
 def _resumed_from(err: str) -> int:

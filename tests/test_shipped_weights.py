@@ -6,12 +6,9 @@ then reproduces."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import json
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -194,45 +191,32 @@ def test_a_manifest_with_an_unknown_key_is_one_line(cli, tmp_path, monkeypatch):
     assert_one_line_error(result, "manifest", "quickstart.json", "accuracy")
 
 
-# The shipped model scored with 8 attempts. Attempt 1 is the puzzle as given, so the plain
-# answer (trm.evaluation.attempts): the document's exact_accuracy is `trm eval NAME`'s.
+# The shipped model whose manifest also records its figures with 8 attempts: its `trm eval`
+# (minutes on 2 cores) is tested in tests/test_shipped_weights_at_8.py, a file of its own so
+# that under pytest -n (--dist loadfile) another worker runs the other models' below.
 AT_8 = "sudoku9-laptop"
 
 
-@pytest.fixture(scope="module")
-def at_8_document(tmp_path_factory) -> dict:
-    """``trm eval sudoku9-laptop --attempts 8 --json``, run once for the module (on 2 cores
-    it takes minutes): read by the test of its 8-attempt figures and, for its plain figures,
-    by the manifest test of sudoku9-laptop (a plain ``trm eval`` of the same 1,500 puzzles
-    would run attempt 1 of this again; the quickstart's case runs the plain command)."""
-    out, err = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(tmp_path_factory.mktemp("eval-at-8"))
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(["eval", AT_8, "--attempts", "8", "--json"])
-    assert code == 0, err.getvalue()
-    return json.loads(out.getvalue())
-
-
-@pytest.mark.parametrize("name", shipped_names())
-@pytest.mark.slow
-def test_eval_name_reproduces_the_manifest_within_2_points(
-    name, cli, tmp_path, monkeypatch, request
-):
-    monkeypatch.chdir(tmp_path)
+def assert_eval_reproduces_the_manifest(name: str, document: dict) -> None:
+    """``document``, the JSON of ``trm eval NAME``, scores the manifest's kinds in its order,
+    each on the manifest's count of puzzles, beside the manifest's figure and within 2 points
+    of it."""
     manifest = shipped_manifest(name)
-    if name == AT_8:
-        document = request.getfixturevalue("at_8_document")
-    else:
-        result = cli("eval", name, "--json")
-        assert result.code == 0, result.err
-        document = json.loads(result.out)
     assert document["model"] == name
     assert [row["kind"] for row in document["kinds"]] == [k.kind for k in manifest.kinds]
     for row, kind in zip(document["kinds"], manifest.kinds, strict=True):
         assert row["examples"] == kind.count
         assert row["manifest_exact_accuracy"] == kind.exact_accuracy
         assert abs(row["exact_accuracy"] - kind.exact_accuracy) <= 0.02
+
+
+@pytest.mark.parametrize("name", [name for name in shipped_names() if name != AT_8])
+@pytest.mark.slow
+def test_eval_name_reproduces_the_manifest_within_2_points(name, cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cli("eval", name, "--json")
+    assert result.code == 0, result.err
+    assert_eval_reproduces_the_manifest(name, json.loads(result.out))
 
 
 @pytest.mark.slow
@@ -257,24 +241,6 @@ def test_the_laptop_manifest_records_each_kind_with_8_attempts_from_its_results_
         assert row["examples"] == kind.count and document["attempts"] == 8
         assert row["exact_accuracy@8"] == retried.exact_accuracy
         assert row["exact_accuracy"] == retried.exact_accuracy_one_attempt
-
-
-@pytest.mark.slow
-def test_eval_name_with_8_attempts_reproduces_and_shows_the_manifests_figures(
-    at_8_document, cli, tmp_path, monkeypatch
-):
-    monkeypatch.chdir(tmp_path)
-    manifest = shipped_manifest(AT_8)
-    assert at_8_document["model"] == AT_8
-    for row, kind in zip(at_8_document["kinds"], manifest.kinds, strict=True):
-        (retried,) = [r for r in kind.retried if r.attempts == 8]
-        assert row["manifest_exact_accuracy@8"] == retried.exact_accuracy
-        assert abs(row["exact_accuracy@8"] - retried.exact_accuracy) <= 0.02
-        assert abs(row["exact_accuracy"] - kind.exact_accuracy) <= 0.02
-    text = cli("eval", "sudoku9-laptop", "--attempts", "8", "--max-examples", "20").out
-    assert "exact@8" in text
-    for kind in manifest.kinds:
-        assert f"{kind.retried[0].exact_accuracy:.2%}" in text
 
 
 def test_a_manifest_with_an_impossible_retried_figure_is_one_line(cli, tmp_path, monkeypatch):
@@ -441,19 +407,29 @@ def test_rescore_scores_the_shipped_file_again_and_keeps_how_it_was_trained(
     assert read_manifest(out / "tiny4.json") == again
 
 
-def _run_script(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "shipped_weights.py"), *map(str, args)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+@pytest.fixture
+def run_script(capsys, monkeypatch):
+    """``python benchmarks/shipped_weights.py ARGS…`` run in this process (the script's
+    ``main`` with those arguments): returns the exit code, stdout and stderr, as
+    ``returncode``, ``stdout`` and ``stderr``."""
+
+    def run(*args: str | Path) -> SimpleNamespace:
+        script = _script()
+        monkeypatch.setattr(sys, "argv", ["shipped_weights.py", *map(str, args)])
+        capsys.readouterr()
+        code = script.main()
+        captured = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=captured.out, stderr=captured.err)
+
+    return run
 
 
-def test_the_script_from_run_records_the_given_command_and_prints_json(generated_run, tmp_path):
+def test_the_script_from_run_records_the_given_command_and_prints_json(
+    generated_run, tmp_path, run_script
+):
     command = f"trm run {generated_run.spec} --out {generated_run.run}"
     out = tmp_path / "out"
-    done = _run_script(
+    done = run_script(
         "--only", "quickstart", "--from-run", generated_run.run, "--command", command,
         "--commit", "abc123", "--out", out, "--json",
     )  # fmt: skip
@@ -465,15 +441,15 @@ def test_the_script_from_run_records_the_given_command_and_prints_json(generated
     assert read_manifest(out / "quickstart.json").to_json() == model
 
 
-def test_the_script_rescore_without_only_is_one_line(tmp_path):
-    done = _run_script("--rescore", "--out", tmp_path)
+def test_the_script_rescore_without_only_is_one_line(tmp_path, run_script):
+    done = run_script("--rescore", "--out", tmp_path)
     assert done.returncode == 2
     assert done.stderr.count("error:") == 1 and "--rescore needs --only" in done.stderr
     assert not any(tmp_path.iterdir())
 
 
-def test_the_script_from_run_without_a_command_is_one_line(generated_run, tmp_path):
-    done = _run_script("--only", "quickstart", "--from-run", generated_run.run, "--out", tmp_path)
+def test_the_script_from_run_without_a_command_is_one_line(generated_run, tmp_path, run_script):
+    done = run_script("--only", "quickstart", "--from-run", generated_run.run, "--out", tmp_path)
     assert done.returncode == 2
     assert done.stderr.count("error:") == 1 and "--command" in done.stderr
     assert not any(tmp_path.iterdir())

@@ -146,9 +146,10 @@ def test_two_workers_run_every_grid_point_once_and_the_best_trains_again_exactly
 ):
     study = _study(tmp_path, tiny.spec)
     out = tmp_path / "out"
-    done = _sweep(study, "--out", out, "--workers", "2", "--json")
-    assert done.returncode == 0, done.stderr[-3000:]
-    document = json.loads(done.stdout)
+    # the parent here (it starts the 2 worker processes and waits for them)
+    done = cli("sweep", study, "--out", out, "--workers", "2", "--json")
+    assert done.code == 0, done.err[-3000:]
+    document = json.loads(done.out)
     assert document["counts"] == {"complete": 4}
     points = sorted(
         (t["params"]["arch.H_cycles"], t["params"]["arch.L_cycles"]) for t in document["trials"]
@@ -210,23 +211,20 @@ def test_a_killed_sweep_resumes_the_cut_off_trial_bit_identical_and_reruns_no_fi
     before = _document(out)
     assert before[0][0] == "COMPLETE" and before[1][0] == "RUNNING"
     finished_log = (out / "trials" / "0000" / "metrics.jsonl").read_text()
-    resumed = _sweep(study, "--out", out)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    resumed = cli("sweep", study, "--out", out)  # here: one worker, no process of its own
+    assert resumed.code == 0, resumed.err[-3000:]
     # its claim was free: failed as cut off at once and queued again (Optuna's retry), the
     # retry resuming in the cut-off trial's own folder
-    assert "resuming trial 2 (trial 1, cut off)" in resumed.stderr
-    assert "starting trial 0" not in resumed.stderr
+    assert "resuming trial 2 (trial 1, cut off)" in resumed.err
+    assert "starting trial 0" not in resumed.err
     after = _document(out)
     assert sorted(after) == [0, 1, 2] and after[1][0] == "FAIL" and after[2][0] == "COMPLETE"
     assert after[2][2] == str(second_trial)
     assert not (out / "trials" / "0002").exists()
     assert (out / "trials" / "0000" / "metrics.jsonl").read_text() == finished_log
     whole = tmp_path / "uninterrupted"
-    command = [
-        *json.loads(_sweep(study, "--out", out, "--json").stdout)["trials"][2]["command"].split()[
-            1:
-        ]
-    ]
+    finished = cli("sweep", study, "--out", out, "--json")
+    command = json.loads(finished.out)["trials"][2]["command"].split()[1:]
     assert cli(*command, "--out", whole).code == 0
     assert summary(second_trial)["final_weights_sha256"] == summary(whole)["final_weights_sha256"]
 

@@ -1,16 +1,20 @@
 """A tiny real run for resilience tests: 4x4 Sudoku, hidden 16, one thread, a dozen steps.
 
 ``build_tiny_data`` builds the dataset once through ``trm data build``; ``write_spec`` writes
-a run spec for it (overrides as ``section.key=value`` pairs); the readers return a run's
-metrics rows, summary and checkpoint files.
+a run spec for it (overrides as ``section.key=value`` pairs); ``run_here`` runs ``trm run``
+in the test's process; the readers return a run's metrics rows, summary and checkpoint files.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from trm.cli.main import main
@@ -105,6 +109,25 @@ def write_spec(folder: Path, data_dir: Path, micro: int = 4, **train: Any) -> Pa
     path = folder / "tiny.toml"
     path.write_text(text)
     return path
+
+
+def run_here(spec: Path, run_dir: Path, log: Path) -> tuple[int, str]:
+    """``trm run SPEC --out RUN_DIR`` in this process, as in a subprocess whose environment
+    has no ``TRM_`` variable, but for ``TRM_COMPILE_LEDGER`` (tests/conftest.py); returns the
+    exit code and what the run printed on stderr, which is also written to ``log``.
+
+    For a run that ends by itself, where the test is not about the process: it saves a Python
+    and torch start-up (seconds). A run sets torch's global seed and thread count, so call it
+    from one thread at a time (the main thread, whose signal handlers a run may set)."""
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        for key in [k for k in os.environ if k.startswith("TRM_")]:
+            if key != "TRM_COMPILE_LEDGER":
+                patch.delenv(key)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = main(["run", str(spec), "--out", str(run_dir)])
+    log.write_text(err.getvalue())
+    return code, err.getvalue()
 
 
 def metrics(run_dir: Path) -> list[dict[str, Any]]:
