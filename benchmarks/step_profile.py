@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # provenance
+
 import torch
 from provenance import provenance
 

@@ -375,3 +375,76 @@ def test_lever_cost_compares_each_lever_with_the_baseline(tmp_path):
     )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "not a JSON object" in lines[0]
+
+
+class _Event:
+    """A profiler row as ``key_averages(group_by_input_shape=True)`` gives it."""
+
+    def __init__(self, key, self_us, count=1, shapes=None, total_us=None):
+        self.key, self.self_cpu_time_total, self.count = key, self_us, count
+        self.input_shapes = shapes or []
+        self.cpu_time_total = total_us if total_us is not None else self_us
+
+
+def test_the_peer_profile_marks_the_products_both_sides_make_alike():
+    profile = _load("peer_profile")
+    assert profile.product_key("aten::mm", [[544, 64], [64, 512], [544, 512]]) == "544x64x512"
+    addmm = [[512, 17], [512, 2048], [2048, 17], [], [], [512, 17]]
+    assert profile.product_key("aten::addmm", addmm) == "512x2048x17"
+    assert profile.product_key("aten::bmm", [[4, 2, 3], [4, 3, 5]]) is None
+    steps = 2
+    trm = profile.summarise(
+        [
+            _Event("aten::mm", 6000, 4, [[544, 64], [64, 512], [544, 512]]),  # 2 a step
+            _Event("aten::mm", 1000, 2, [[8, 8], [8, 8], [8, 8]]),  # trm's alone
+            _Event("## Call CompiledFxGraph abc", 2000, 4),
+            _Event("Optimizer.step#AdamATan2.step", 100, 2, total_us=400),
+            _Event("aten::add_", 1000, 2),
+        ],
+        steps,
+    )
+    official = profile.summarise(
+        [
+            _Event("aten::addmm", 4000, 4, [[544, 512], [544, 64], [64, 512]]),
+            _Event("## Call CompiledFxGraph def", 3000, 2),
+        ],
+        steps,
+    )
+    profile.compare(trm, official)
+    assert trm["shared_product_shapes"] == official["shared_product_shapes"] == ["544x64x512"]
+    assert trm["self_ms_per_step"] == pytest.approx(5.05)  # 10,100 us over 2 steps
+    assert trm["shared_products_share"] == pytest.approx(3.0 / 5.05)
+    assert official["shared_products_share"] == pytest.approx(2.0 / 3.5)
+    assert trm["graph_calls_per_step"] == 2 and official["graph_calls_per_step"] == 1
+    groups = trm["group_ms_per_step"]
+    assert groups["optimizer_and_ema"] == pytest.approx(0.2)
+    assert groups["matrix_products"] == pytest.approx(3.5)
+    rows = profile.table_rows({"sides": {"trm": trm, "official-fp32": official}})
+    assert [r[0] for r in rows] == ["trm", "official-fp32"] and rows[0][3] == "59.4%"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--reference", "/no/such/checkout"], "TinyRecursiveModels checkout"),
+        (["--from-json", "/no/such/file.json"], "cannot read it"),
+    ],
+)
+def test_the_peer_profile_rejects_bad_input_in_one_line(args, message):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "peer_profile.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("trm: error:") and message in lines[0]
+
+
+def test_the_saved_peer_profile_prints_its_table(capsys):
+    profile = _load("peer_profile")
+    saved = BENCHMARKS / "results" / "peer-profile-quickstart-epyc-zen3-shared.json"
+    assert profile.main(["--from-json", str(saved), "--markdown"]) == 0
+    table = capsys.readouterr().out
+    assert "| trm |" in table and "| official-fp32 |" in table
