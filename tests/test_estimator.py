@@ -388,8 +388,16 @@ def test_a_smaller_attention_variant_also_satisfies_sizes_monotonicity():
 )
 @pytest.mark.slow
 def test_compiled_activation_count_matches_what_inductor_saves(overrides, position_major):
+    # H_cycles 2: one cycle without grad in the compiled region, as deep runs have, at two
+    # thirds of the default's unrolled graph (what is saved does not depend on H_cycles)
     arch = ArchSpec(
-        hidden_size=64, num_heads=4, L_cycles=2, puzzle_emb_ndim=0, puzzle_emb_len=2, **overrides
+        hidden_size=64,
+        num_heads=4,
+        H_cycles=2,
+        L_cycles=2,
+        puzzle_emb_ndim=0,
+        puzzle_emb_len=2,
+        **overrides,
     )
     sizes = memory_estimator.model_sizes(arch, SUDOKU)
     predicted = memory_estimator.step_activation_bytes(arch, sizes, "bf16", compiled=True)

@@ -19,13 +19,12 @@ each figure the ledger's for this shape on this machine where it has one:
 A run with a wall-time budget (``train.time_budget_s``) weighs the budget instead: compiling
 buys ``budget x saving`` seconds of training for its compile seconds.
 
-The priors come from benchmarks/results/compile-payoff-epyc-zen3.json (2-core AMD Zen 3,
-fp32, batch 128, three rounds alternated): compiling saved 12% of a step of the 9x9 laptop
-network and took 29 s with a cold cache and 3 s with a warm one; at the quickstart's
-network the compiled step came out anywhere from 20% faster to 21% slower than eager from
-one process to the next. The saving prior is on the cautious side of that document: a
-wrong "compile" costs a run its compile seconds, a wrong "eager" a share of its steps, and
-either is corrected by the figures that run records.
+The priors come from benchmarks/results/compile-payoff-region-epyc-zen3.json (2-core AMD Zen
+3, fp32, batch 128, trm compiling the whole recursion): a cold compile took 60-70 s and a warm
+one under 5 s; compiling saved 18% of a step of the quickstart's network and nothing
+measurable of the 9x9 laptop network's. The saving prior is on the cautious side of that
+document: a wrong "compile" costs a run its compile seconds, a wrong "eager" a share of its
+steps, and either is corrected by the figures that run records.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from attrs import frozen
 from trm.device.compile_ledger import CompileRecord
 
 PRIOR_SAVING = 0.1  # share of an eager step that compiling saves, where not measured
-PRIOR_COMPILE_S = 30.0  # seconds compiling takes, where not measured
+PRIOR_COMPILE_S = 70.0  # seconds compiling takes, where not measured (a cold compile)
 
 
 @frozen
