@@ -61,6 +61,28 @@ def test_compile_on_mps_is_treated_as_unavailable() -> None:
     assert "experimental" in mps.MPS.compile_unavailable_reason()
 
 
+def test_a_dropped_model_is_freed_at_once_without_the_cycle_collector() -> None:
+    """The recursion region holds no reference back to its model: no reference cycle keeps a
+    dropped model's memory until Python's cycle collector runs."""
+    import gc
+    import weakref
+
+    model = TinyRecursiveModel(ArchSpec(hidden_size=16, num_heads=2, L_layers=1), 4, 5, 2)
+    data = {
+        "inputs": torch.randint(1, 5, (2, 4)),
+        "labels": torch.randint(1, 5, (2, 4)),
+        "puzzle_identifiers": torch.zeros(2, dtype=torch.long),
+    }
+    model(model.initial_carry(data), data)
+    dropped = weakref.ref(model)
+    gc.disable()
+    try:
+        del model
+        assert dropped() is None
+    finally:
+        gc.enable()
+
+
 def test_compiling_keeps_state_dict_keys_and_is_idempotent() -> None:
     """What is compiled is the recursion region, which holds no parameters and is no
     registered submodule: keys, parameters and modules are the same compiled or not."""

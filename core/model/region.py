@@ -12,10 +12,14 @@ faster than ``net``'s compiled alone, and its three compiling steps took 81 s ag
 with Inductor's on-disk cache as the machine had it
 (benchmarks/results/compile-unit-quickstart-epyc-zen3-shared.json).
 
-:class:`RecursionRegion` is that unit: a module with no parameters or buffers of its own whose
-``forward`` is the owner's :meth:`~trm.model.TinyRecursiveModel.recursion`. The owner keeps it
-outside its registered submodules, so state-dict keys, ``parameters()`` and checkpoints are
-the same compiled or not. What stays eager, before the region: the input embeddings (the
+:class:`RecursionRegion` is that unit: a module with no parameters, buffers or references of
+its own; ``forward(owner, ...)`` is the owner's :meth:`~trm.model.TinyRecursiveModel.recursion`,
+the owner passed in each call (a reference kept from region to owner would make a cycle with
+the owner's reference to it, and a dropped model would then wait for Python's cycle collector
+to free its memory). The owner keeps the region outside its registered submodules, so
+state-dict keys, ``parameters()`` and checkpoints are the same compiled or not.
+
+What stays eager, before the region: the input embeddings (the
 sparse puzzle embedding makes a fresh leaf tensor on every call), the rotary tables, the
 attention mask and the test-time noise draws (a generator's draws cannot be traced); after it,
 the ACT halting and the carry.
@@ -36,15 +40,12 @@ if TYPE_CHECKING:
 
 
 class RecursionRegion(nn.Module):
-    """``forward(z_H, z_L, x, cos_sin, mask, noise)`` is ``owner.recursion(...)``; see the
-    module docstring. The owner is held as a plain attribute, never as a submodule."""
-
-    def __init__(self, owner: TinyRecursiveModel) -> None:
-        super().__init__()
-        object.__setattr__(self, "owner", owner)  # not registered: no cycle in modules()
+    """``forward(owner, z_H, z_L, x, cos_sin, mask, noise)`` is ``owner.recursion(...)``; see
+    the module docstring."""
 
     def forward(
         self,
+        owner: TinyRecursiveModel,
         z_H: Tensor,
         z_L: Tensor,
         x: Tensor,
@@ -52,7 +53,7 @@ class RecursionRegion(nn.Module):
         mask: Any,
         noise: tuple[Tensor, ...] | None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        return self.owner.recursion(z_H, z_L, x, cos_sin, mask, noise)
+        return owner.recursion(z_H, z_L, x, cos_sin, mask, noise)
 
     def is_compiled(self) -> bool:
         """Whether calls go through torch.compile."""

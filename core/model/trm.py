@@ -251,7 +251,7 @@ class TinyRecursiveModel(nn.Module):
         # The unit torch.compile compiles (trm.model.region), kept out of the registered
         # submodules so that state-dict keys are the same compiled or not.
         self.region: RecursionRegion
-        object.__setattr__(self, "region", RecursionRegion(self))
+        object.__setattr__(self, "region", RecursionRegion())
         self.window_masks: WindowMasks | None = None
         if arch.attention_window > 0:
             side = check_attention_window(arch, seq_len)
@@ -431,7 +431,7 @@ class TinyRecursiveModel(nn.Module):
             noise = tuple(
                 self.latent_noise.addend(state, position_major) for _ in range(self.H_cycles)
             )
-        return self.region(z_H, z_L, x, cos_sin, mask, noise)
+        return self.region(self, z_H, z_L, x, cos_sin, mask, noise)
 
     def recursion(
         self,
