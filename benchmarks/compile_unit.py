@@ -20,7 +20,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -81,22 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     for batch in [int(b) for b in args.batches.split(",") if b]:
         runs = {unit: build(args.spec, batch, unit) for unit in UNITS}
-        update = 1
-        warmup_s: dict[str, float] = {}
-        for unit, run in runs.items():
-            started = time.perf_counter()
-            for _ in range(3):
-                step_profile.train_step(run, update)
-                update += 1
-            warmup_s[unit] = round(time.perf_counter() - started, 2)
-        windows: dict[str, list[float]] = {unit: [] for unit in UNITS}
-        for _ in range(args.rounds):
-            for unit, run in runs.items():
-                started = time.perf_counter()
-                for _ in range(args.steps):
-                    step_profile.train_step(run, update)
-                    update += 1
-                windows[unit].append((time.perf_counter() - started) / args.steps)
+        warmup_s, windows = step_profile.alternate(runs, args.rounds, args.steps)
         medians = {unit: statistics.median(w) for unit, w in windows.items()}
         row = {
             "batch": batch,

@@ -18,7 +18,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -85,19 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = {
             name: build(args.spec, batch, pm, args.compile == "on") for name, pm in LAYOUTS.items()
         }
-        update = 1
-        for run in runs.values():
-            for _ in range(3):
-                step_profile.train_step(run, update)
-                update += 1
-        windows: dict[str, list[float]] = {name: [] for name in LAYOUTS}
-        for _ in range(args.rounds):
-            for name, run in runs.items():
-                started = time.perf_counter()
-                for _ in range(args.steps):
-                    step_profile.train_step(run, update)
-                    update += 1
-                windows[name].append((time.perf_counter() - started) / args.steps)
+        _, windows = step_profile.alternate(runs, args.rounds, args.steps)
         medians = {name: statistics.median(w) for name, w in windows.items()}
         row = {
             "batch": batch,

@@ -129,6 +129,31 @@ def train_step(run: dict[str, Any], update: int) -> None:
     sums.tolist()
 
 
+def alternate(
+    runs: dict[str, dict[str, Any]], rounds: int, steps: int
+) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """3 untimed :func:`train_step` calls of each run (compilation happens there), then
+    ``rounds`` rounds of a window of ``steps`` steps of each run in turn (A B A B): each run's
+    warm-up seconds and its seconds a step in each window."""
+    update = 1
+    warmup_s: dict[str, float] = {}
+    for name, run in runs.items():
+        started = time.perf_counter()
+        for _ in range(3):
+            train_step(run, update)
+            update += 1
+        warmup_s[name] = round(time.perf_counter() - started, 2)
+    windows: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            started = time.perf_counter()
+            for _ in range(steps):
+                train_step(run, update)
+                update += 1
+            windows[name].append((time.perf_counter() - started) / steps)
+    return warmup_s, windows
+
+
 def product_flops(op: str, shapes: list[list[int]]) -> int:
     """FLOPs of one call of a matrix product with these input shapes (0 if not one)."""
     if op == "aten::addmm":
