@@ -8,9 +8,10 @@ run``: the data reader, metrics rows and metrics.jsonl, every default plugin's h
 memory reading, evaluation and checkpoints off) timed per step from ``on_step``; (B) the same
 step with nothing around it: :func:`trm.loop.step.attempt_step` (zero the gradients, one
 supervision step, the ACT loss, backward, the learning rate, the optimizer steps, EMA, the
-step's one host read) on batches gathered up front, on the same model (position-major, the
-runtime's precision and compile), seed and data. Each round builds both afresh; the first
-``warmup`` steps of each are left out (compilation happens there). The loop's own time is the
+step's one host read) on batches gathered up front, on the same model (the backend's MLP
+layout, the runtime's precision and compile; :func:`step_profile.attempt_steps`), seed and
+data. Each round builds both afresh; the first ``warmup`` steps of each are left out
+(compilation happens there). The loop's own time is the
 median A step less the median B step.
 
 ``--profile`` adds a cProfile of one more real loop: its seconds per step around
@@ -32,57 +33,29 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # provenance
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # provenance, step_profile
 
 import attrs
-import torch
+import step_profile
 from provenance import load, provenance
 
-from trm.data.puzzle_dataset import open_split
-from trm.data.sampler import SplitIndex, TrainSampler
-from trm.data.shape import read_shape
-from trm.device.compile import compile_network
-from trm.loop.step import StepSetup, attempt_step
 from trm.measure.loop_timing import bench_spec, small_data_spec, time_loop
-from trm.model import EMA, TinyRecursiveModel, build_optimizers
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import choose_runtime, detect_hardware
 from trm.plugin_manager import load_plugins
 from trm.spec import apply_overrides, load_spec, resolve_spec_path
-from trm.state import TrainState
 
 LOOP_PLUGINS_OFF = ("no:checkpoint",)  # the loop as a run has it, less checkpoint writes
 
 
 def bare_steps(spec, runtime, data_dir: Path, total: int) -> list[float]:
     """Seconds of each of ``total`` bare optimizer steps (see the module docstring)."""
-    train = spec.train
-    torch.manual_seed(train.seed)
-    index = SplitIndex(open_split(data_dir / spec.data.train_split))
-    sampler = TrainSampler(index, train.global_batch_size, train.seed)
-    batches = [index.gather(sampler.examples_for_step(s)) for s in range(total)]
-    shape = read_shape(data_dir, spec.data.train_split)
-    placement = runtime.placement()
-    model = TinyRecursiveModel(spec.arch, **shape.model_kwargs()).to(placement.device).train()
-    if runtime.compile:
-        compile_network(model, runtime.backend, graphs=runtime.graphs)
-    state = TrainState(
-        spec=spec,
-        model=model,
-        optimizers=build_optimizers(model, train),
-        ema=EMA(model, train.ema_rate) if train.ema else None,
-        carry=model.initial_carry(placement.to_device(batches[0])),
-        run_dir=data_dir,
-        total_steps=total,
-        micro_batch_size=train.global_batch_size,
-        backend=runtime.backend,
-    )
-    setup = StepSetup(placement, spec.arch.loss, train.global_batch_size)
+    batch = spec.train.global_batch_size
+    step = step_profile.attempt_steps(spec, runtime, data_dir, batch, total, total)
     seconds = []
-    for batch in batches:
+    for _ in range(total):
         started = time.perf_counter()
-        attempt_step(state, batch, setup)
-        state.step += 1
+        step()
         seconds.append(time.perf_counter() - started)
     return seconds
 

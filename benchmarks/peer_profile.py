@@ -39,21 +39,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # peer_steps, step_pro
 import torch
 from peer_steps import Batches, official_step
 from provenance import load, provenance
-from step_profile import MATMUL_OPS, group_of, machine
+from step_profile import MATMUL_OPS, attempt_steps, group_of, machine
 from tables import print_rows, print_saved
 
-from trm.data.puzzle_dataset import open_split
-from trm.data.sampler import SplitIndex, TrainSampler
 from trm.data.shape import read_shape
-from trm.device.compile import compile_network
-from trm.loop.step import StepSetup, attempt_step
 from trm.measure.loop_timing import BENCH_OFF, bench_spec, small_data_spec
-from trm.model import EMA, build_model, build_optimizers
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import choose_runtime, detect_hardware
 from trm.plugin_manager import load_plugins
 from trm.spec import apply_overrides, load_spec, resolve_spec_path
-from trm.state import TrainState
 
 HEADERS = (
     "side",
@@ -65,39 +59,6 @@ HEADERS = (
     "optimizers+EMA",
     "other",
 )
-
-
-def trm_step(spec, runtime, data_dir: Path, batch: int, total: int):
-    """trm's training step (``attempt_step``) on batches gathered up front, as a callable."""
-    train = spec.train
-    torch.manual_seed(train.seed)
-    index = SplitIndex(open_split(data_dir / spec.data.train_split))
-    sampler = TrainSampler(index, batch, train.seed)
-    batches = [index.gather(sampler.examples_for_step(s)) for s in range(8)]
-    shape = read_shape(data_dir, spec.data.train_split)
-    placement = runtime.placement()
-    position_major = runtime.backend.position_major_mlp(runtime.compile)
-    model = build_model(spec.arch, shape, position_major).to(placement.device).train()
-    if runtime.compile:
-        compile_network(model, runtime.backend, graphs=runtime.graphs)
-    state = TrainState(
-        spec=spec,
-        model=model,
-        optimizers=build_optimizers(model, train),
-        ema=EMA(model, train.ema_rate) if train.ema else None,
-        carry=model.initial_carry(placement.to_device(batches[0])),
-        run_dir=data_dir,
-        total_steps=total,
-        micro_batch_size=batch,
-        backend=runtime.backend,
-    )
-    setup = StepSetup(placement, spec.arch.loss, batch)
-
-    def step() -> None:
-        attempt_step(state, batches[state.step % len(batches)], setup)
-        state.step += 1
-
-    return step
 
 
 def profile_windows(step, steps: int) -> list[Any]:
@@ -194,7 +155,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             args.reference, spec, shape, batches, runtime.device, total, forward_dtype=dtype
         )
         sides = {
-            "trm": trm_step(spec, runtime, data_dir, args.batch, total),
+            "trm": attempt_steps(spec, runtime, data_dir, args.batch, 8, total),
             args.official: peer.step,
         }
         for step in sides.values():

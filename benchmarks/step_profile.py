@@ -129,6 +129,53 @@ def train_step(run: dict[str, Any], update: int) -> None:
     sums.tolist()
 
 
+def attempt_steps(
+    spec: Any, runtime: Any, data_dir: Path, batch: int, batches: int, total: int
+) -> Any:
+    """trm's training step (:func:`trm.loop.step.attempt_step`, no loop around it) on
+    ``batches`` batches of ``batch`` rows gathered up front from ``data_dir``'s train split
+    (reused in turn), on the model as the runtime builds it (the backend's MLP layout, its
+    compile and precision), for a schedule of ``total`` steps; returns ``step()``, which takes
+    the next step."""
+    from trm.data.puzzle_dataset import open_split
+    from trm.data.sampler import SplitIndex, TrainSampler
+    from trm.data.shape import read_shape
+    from trm.device.compile import compile_network
+    from trm.loop.step import StepSetup, attempt_step
+    from trm.model import EMA, build_model, build_optimizers
+    from trm.state import TrainState
+
+    train = spec.train
+    torch.manual_seed(train.seed)
+    index = SplitIndex(open_split(data_dir / spec.data.train_split))
+    sampler = TrainSampler(index, batch, train.seed)
+    gathered = [index.gather(sampler.examples_for_step(s)) for s in range(batches)]
+    shape = read_shape(data_dir, spec.data.train_split)
+    placement = runtime.placement()
+    position_major = runtime.backend.position_major_mlp(runtime.compile)
+    model = build_model(spec.arch, shape, position_major).to(placement.device).train()
+    if runtime.compile:
+        compile_network(model, runtime.backend, graphs=runtime.graphs)
+    state = TrainState(
+        spec=spec,
+        model=model,
+        optimizers=build_optimizers(model, train),
+        ema=EMA(model, train.ema_rate) if train.ema else None,
+        carry=model.initial_carry(placement.to_device(gathered[0])),
+        run_dir=data_dir,
+        total_steps=total,
+        micro_batch_size=batch,
+        backend=runtime.backend,
+    )
+    setup = StepSetup(placement, spec.arch.loss, batch)
+
+    def step() -> None:
+        attempt_step(state, gathered[state.step % len(gathered)], setup)
+        state.step += 1
+
+    return step
+
+
 def alternate(
     runs: dict[str, dict[str, Any]], rounds: int, steps: int
 ) -> tuple[dict[str, float], dict[str, list[float]]]:
