@@ -31,12 +31,15 @@ label, ``"maze b8/24"``) count as values.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
+import os
 import re
+import runpy
 import shlex
 import shutil
-import subprocess
 import sys
 from itertools import zip_longest
 from pathlib import Path
@@ -268,6 +271,37 @@ def not_measured_problems(table: Table) -> list[str]:
     ]
 
 
+def run_in_process(argv: list[str], cwd: Path) -> tuple[int, str, str]:
+    """``python SCRIPT ARGS`` (``argv``, the script's path relative to ``cwd``) run in this
+    process, as ``__main__``, from ``cwd``, its folder first on ``sys.path``: its exit code,
+    standard output and error. The
+    generated tables' commands print a saved document (``--from-json``), so running them here
+    saves a fresh interpreter and torch import per table; a script that raises is exit 1."""
+    script = cwd / argv[0]
+    if not script.is_file():
+        return 2, "", f"can't open file {argv[0]!r}"
+    out, err = io.StringIO(), io.StringIO()
+    saved_argv, saved_cwd, saved_path = sys.argv, Path.cwd(), list(sys.path)
+    code = 0
+    try:
+        sys.argv = [str(script), *argv[1:]]
+        sys.path.insert(0, str(script.parent))  # as the interpreter puts a script's folder
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+        if isinstance(exit_.code, str):
+            err.write(exit_.code)
+    except Exception as exc:  # a failing script is a failed command, as in a subprocess
+        code = 1
+        err.write(f"{type(exc).__name__}: {exc}")
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+        os.chdir(saved_cwd)
+    return code, out.getvalue(), err.getvalue()
+
+
 def generated_problems(table: Table, repo: Path, command: str) -> list[str]:
     """A generated table that differs from what its command prints (run in ``repo``)."""
     where = f"table at line {table.line}"
@@ -278,17 +312,10 @@ def generated_problems(table: Table, repo: Path, command: str) -> list[str]:
     missing = [name for name in documents if not (repo / name).is_file()]
     if missing:
         return [f"{where} names {name}, which does not exist" for name in missing]
-    done = subprocess.run(
-        [sys.executable, *argv[1:]],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if done.returncode != 0:
-        return [f"{where}: `{command}` failed: {done.stderr.strip()[-300:]}"]
-    printed = [_cells(line) for line in done.stdout.splitlines() if line.startswith("|")]
+    returncode, stdout, stderr = run_in_process(argv[1:], repo)
+    if returncode != 0:
+        return [f"{where}: `{command}` failed: {stderr.strip()[-300:]}"]
+    printed = [_cells(line) for line in stdout.splitlines() if line.startswith("|")]
     if len(printed) < 2:
         return [f"{where}: `{command}` printed no table"]
     expected = [printed[0], *printed[2:]]

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from trm.data.shape import DatasetShape
@@ -177,15 +177,20 @@ def check_memory_estimator(
     properties: tuple[str, ...] = PROPERTIES,
     max_hidden: int = 256,
     max_batch: int = 256,
+    shrink: bool = True,
 ) -> list[str]:
     """Run the properties on ``plugin`` (a module or object with ``estimate_memory``, or the
     function itself). Returns the names of properties skipped (not applicable); raises
-    AssertionError for a property that fails."""
+    AssertionError for a property that fails, with hypothesis' smallest falsifying example,
+    or with ``shrink=False`` the first one found (seconds sooner, where a failure is what a
+    test expects)."""
+    phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
     config = settings(
         max_examples=max_examples,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         derandomize=True,
+        phases=phases,
     )
     specs = run_specs(max_hidden=max_hidden, max_batch=max_batch)
     has_checkpointing = "activation_checkpointing" in attrs.fields_dict(RuntimeSpec)
