@@ -18,6 +18,7 @@ from tests.conftest import assert_one_line_error
 from tests.tiny_run import build_tiny_data, metrics, summary, write_spec
 from trm.contrib.curriculum import CurriculumOptions, Stage
 from trm.hookspecs import hookimpl
+from trm.plan import plan_run
 from trm.plan.budget import (
     BUDGET_RECORD,
     MIN_PLANNED_STEPS,
@@ -41,7 +42,7 @@ class FakeTimer:
         self.seconds = seconds
         self.calls: list[tuple[list[tuple[int, int]], list[str]]] = []
 
-    def __call__(self, plan, depths, plugins_off, requested_plugins=(), log=print):
+    def __call__(self, plan, depths, plugins_off, requested_plugins=(), log=print, clock=None):
         self.calls.append((list(depths), list(plugins_off)))
         return {depth: self.seconds[depth] for depth in depths}
 
@@ -275,6 +276,31 @@ def test_the_real_timer_times_each_depth_with_the_real_loop_and_leaves_nothing(t
     assert not run_dir.exists()
 
 
+def test_the_timer_adds_each_depths_compile_seconds_to_the_runs_clock(monkeypatch, tmp_path):
+    """With the network compiled, the warm-up steps of each timed depth compile it: their
+    seconds above the depth's median go to the run's step clock; eager, nothing does."""
+    from trm.loop.compile_record import StepClock
+    from trm.measure import stage_speed
+    from trm.measure.loop_timing import LoopTiming
+
+    def fake_loop(spec, runtime, requested, data_dir, run_dir, warmup):
+        step = 0.1 * spec.arch.H_cycles
+        return LoopTiming(batch_size=8, warmup_s=(5.0, 1.0), step_s=(step,) * 5)
+
+    monkeypatch.setattr(stage_speed, "time_loop", fake_loop)
+    data = build_tiny_data(tmp_path / "data")
+    spec = load_spec(write_spec(tmp_path / "spec", data))
+    plan = plan_run(load_plugins([]), spec, None, tmp_path / "run")
+    for compiled, expected in [(True, (6.0 - 0.2) + (6.0 - 0.4)), (False, 0.0)]:
+        timed = attrs.evolve(plan, runtime=attrs.evolve(plan.runtime, compile=compiled))
+        clock = StepClock("key")
+        seconds = stage_speed.time_depths(
+            timed, [(1, 1), (2, 2)], [], [], lambda _line: None, clock
+        )
+        assert seconds == {(1, 1): 0.1, (2, 2): 0.2}
+        assert clock.compile_s() == pytest.approx(expected)
+
+
 def test_a_run_started_without_a_plan_keeps_its_schedule_on_resume(
     cli, monkeypatch, spec_path, tmp_path
 ):
@@ -366,10 +392,10 @@ class RealTimerFixedPlan:
     at each depth, so a budget of N seconds plans exactly N steps whatever this machine's
     speed."""
 
-    def __call__(self, plan, depths, plugins_off, requested_plugins=(), log=print):
+    def __call__(self, plan, depths, plugins_off, requested_plugins=(), log=print, clock=None):
         from trm.measure.stage_speed import time_depths
 
-        time_depths(plan, depths, plugins_off, requested_plugins, lambda _line: None)
+        time_depths(plan, depths, plugins_off, requested_plugins, lambda _line: None, clock)
         return dict.fromkeys(depths, 1.0)
 
 

@@ -215,6 +215,28 @@ def test_the_step_clock_records_the_warm_median_and_the_compile_seconds(ledger) 
     assert not nothing.seconds and not nothing.record(compiled=False)
 
 
+def test_the_step_clock_counts_each_depths_compile_and_the_timings(ledger) -> None:
+    """A curriculum compiles each new depth at its first steps: each depth's first steps are
+    measured against its own warm median (a deeper, slower depth later does not hide the
+    first depth's compile), a depth with too few warm steps adds nothing, and the seconds the
+    budget's timing spent compiling are added."""
+    clock = StepClock("curriculum-key")
+    for seconds in [10.0, 1.0, 1.0, *[0.1] * MIN_TIMED_STEPS]:
+        clock.add(seconds, (1, 1))
+    for seconds in [8.0, 0.5, 0.5, *[0.4] * (MIN_TIMED_STEPS + 2)]:
+        clock.add(seconds, (2, 3))
+    for seconds in [30.0, 0.9]:
+        clock.add(seconds, (3, 3))  # too few warm steps to know this depth's step time
+    clock.add_compile_seconds(40.0)
+    clock.add_compile_seconds(-1.0)  # a timing noisier than its compile adds nothing
+    in_loop = (12.0 - WARM_AFTER_STEPS * 0.1) + (9.0 - WARM_AFTER_STEPS * 0.4)
+    assert clock.compile_s() == pytest.approx(40.0 + in_loop)
+    assert clock.record(compiled=True)
+    record = lookup("curriculum-key")
+    assert record.compile_s == pytest.approx(40.0 + in_loop)
+    assert record.compiled_step_s == pytest.approx(0.4)  # the median of every depth's warm steps
+
+
 def test_a_run_records_its_eager_step_and_a_resume_keeps_its_checkpoints_choice(
     ledger, tiny_data, tmp_path, cli
 ) -> None:

@@ -49,6 +49,7 @@ from trm.file_lock import HeldLock
 from trm.init_from import check_init_from
 from trm.loop import Trainer
 from trm.loop.checkpoints import parse_interval
+from trm.loop.compile_record import StepClock
 from trm.measure.stage_speed import time_depths
 from trm.memory import DEFAULT_MODE, EXTREME_RISKS, MODES
 from trm.paths import default_run_dir
@@ -172,14 +173,26 @@ def run_training(options: RunOptions, log: Log) -> Run:
             lock = claimed[0] if claimed is not None else None
             try:
                 if claimed is not None:
-                    plan, data_dir, budget = claimed[1:]
+                    plan, data_dir, budget, step_clock = claimed[1:]
                 else:
                     _check_shared_data(spec, run_dir, world)
-                    plan, data_dir, budget = _plan(options, pm, spec, run_dir, False, log)
+                    plan, data_dir, budget, step_clock = _plan(
+                        options, pm, spec, run_dir, False, log
+                    )
                 plan = _adopt_first_plan(plan, world, log)
                 max_steps = _adopt_first_max_steps(options.max_steps, world, log)
                 summary = _train(
-                    options, plan, data_dir, budget, max_steps, interval, pm, run_dir, world, log
+                    options,
+                    plan,
+                    data_dir,
+                    budget,
+                    max_steps,
+                    interval,
+                    pm,
+                    run_dir,
+                    world,
+                    log,
+                    step_clock,
                 )
             finally:
                 if lock is not None:
@@ -242,7 +255,7 @@ def _warn_about_plugins(pm: TrmPluginManager, world: World, log: Log) -> None:
 
 def _claim_and_plan(
     options: RunOptions, pm: TrmPluginManager, spec: RunSpec, run_dir: Path, log: Log
-) -> tuple[HeldLock | None, Plan, Path, BudgetPlan | None]:
+) -> tuple[HeldLock | None, Plan, Path, BudgetPlan | None, StepClock]:
     """Rank 0: check, create and lock the run directory, check the reuse rules (``--resume``,
     ``--replace``), then plan and build the data. Returns the lock (the caller closes it)
     and the plan. A refusal (TrmError) — or any other failure before training starts —
@@ -301,6 +314,7 @@ def _train(
     run_dir: Path,
     world: World,
     log: Log,
+    step_clock: StepClock,
 ) -> dict[str, Any]:
     """The loop over the planned spec; returns summary.json's content. Rank 0 records the
     run (spec, plan, budget) once the loop has accepted the run directory."""
@@ -332,6 +346,7 @@ def _train(
         on_accepted=accepted,
         reader=plan.reader,
         init_from=options.init_from,
+        step_clock=step_clock,
     )
     return trainer.fit()
 
@@ -359,10 +374,13 @@ def _plan(
     run_dir: Path,
     build: bool,
     log: Log,
-) -> tuple[Plan, Path, BudgetPlan | None]:
+) -> tuple[Plan, Path, BudgetPlan | None, StepClock]:
     """Fit the spec to this machine (this rank), show what changed, plan the steps of a time
-    budget (rank 0; the others adopt its spec), find or build the data."""
+    budget (rank 0; the others adopt its spec), find or build the data. The step clock the
+    loop records the compile ledger's figures with holds the compile seconds of the budget's
+    timing steps."""
     plan = plan_run(pm, spec, options.mode, run_dir, log=log, build_data=build)
+    step_clock = StepClock(plan.runtime.compile_key)
     for line in (*plan.runtime.notes, *(c.describe() for c in plan.changes)):
         log(line)
     if plan.runtime.reuse_host_memory:
@@ -371,14 +389,16 @@ def _plan(
         log(f"warning: {EXTREME_RISKS}")
     budget = None
     if build:
-        timer = functools.partial(time_depths, requested_plugins=options.plugins, log=log)
+        timer = functools.partial(
+            time_depths, requested_plugins=options.plugins, log=log, clock=step_clock
+        )
         given = given_steps(options.max_steps, options.overrides)
         plan, budget = plan_steps(pm, plan, run_dir, options.resume, given, timer, log)
     data_dir = ensure_dataset(pm, plan.spec, run_dir, log)
     if build:
         optimizer = pm.dense_optimizer(plan.spec.train.optimizer)
         check_checkpoint_room(run_dir, plan.spec, plan.dataset, optimizer)
-    return plan, data_dir, budget
+    return plan, data_dir, budget, step_clock
 
 
 def _missing_folders(run_dir: Path) -> list[Path]:

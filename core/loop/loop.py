@@ -74,6 +74,8 @@ class Trainer:
     once the state is built and any checkpoint accepted, before anything is written (``trm
     run`` writes the run's record there, so a refused resume changes no file). ``init_from``
     (``--init-from``) starts a fresh run from those weights (``trm.init_from``).
+    ``step_clock`` times the steps for the compile ledger (:mod:`trm.loop.compile_record`);
+    ``trm run`` passes the one its time budget's timing added compile seconds to.
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class Trainer:
         on_accepted: Callable[[TrainState], None] | None = None,
         reader: ReaderChoice | None = None,
         init_from: Path | None = None,
+        step_clock: StepClock | None = None,
     ) -> None:
         self.spec, self.runtime, self.pm = spec, runtime, pm
         self.init_from = init_from
@@ -116,7 +119,7 @@ class Trainer:
         self.process = psutil.Process()
         self.stop_step = 0
         self.clock = Stopwatch(0.0)
-        self.step_clock = StepClock(runtime.compile_key)
+        self.step_clock = step_clock or StepClock(runtime.compile_key)
 
     def fit(self) -> dict[str, Any]:
         """Train to the end of the schedule (or ``max_steps``); returns summary.json's content.
@@ -242,7 +245,7 @@ class Trainer:
         state.step += 1
         state.samples += int(sums["rows"])
         step_s = time.perf_counter() - started_s
-        self.step_clock.add(step_s)
+        self.step_clock.add(step_s, (state.model.H_cycles, state.model.L_cycles))
         record = step_record(
             state,
             sums,

@@ -27,6 +27,7 @@ import attrs
 import torch
 
 from trm.device.rng import capture_rng, restore_rng
+from trm.loop.compile_record import StepClock
 from trm.measure.loop_timing import BENCH_OFF, NO_EVAL_SPLIT, OtherLoad, small_data_spec, time_loop
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import Plan
@@ -61,10 +62,13 @@ def time_depths(
     plugins_off: Sequence[str],
     requested_plugins: Sequence[str] = (),
     log: Callable[[str], None] = print,
+    clock: StepClock | None = None,
 ) -> dict[Depth, float]:
     """Median seconds of one optimizer step of ``plan`` at each of ``depths`` (see the module
     docstring). ``requested_plugins`` are the run's ``--plugins``; ``plugins_off`` are
-    switched off while timing."""
+    switched off while timing. With the network compiled, each depth's warm-up steps compile
+    it: their seconds above that depth's median are added to ``clock``, the run's
+    (:meth:`trm.loop.compile_record.StepClock.add_compile_seconds`), as compiling's cost."""
     requested = [*requested_plugins, *(f"no:{name}" for name in plugins_off)]
     spec = plan.spec
     shown = ", ".join(f"({H_cycles}, {L_cycles})" for H_cycles, L_cycles in depths)
@@ -93,6 +97,9 @@ def time_depths(
                 if len(timing.step_s) < TIMED_STEPS:  # the loop stopped: SIGINT or SIGTERM
                     raise KeyboardInterrupt
                 seconds[depth] = statistics.median(timing.step_s)
+                if clock is not None and plan.runtime.compile:
+                    warmup_s = timing.warmup_s
+                    clock.add_compile_seconds(sum(warmup_s) - len(warmup_s) * seconds[depth])
     finally:
         restore_rng(generators, backend, device)
         shutil.rmtree(root, ignore_errors=True)
