@@ -1,10 +1,11 @@
 """Predicted vs measured peak memory of a TRM training step, over a grid of configurations.
 
     python benchmarks/memory_accuracy.py [--json] [--device cpu|cuda] [--only N,M]
-        [--emulated-bf16] [--from-json FILE [--markdown]]
+        [--emulated-bf16] [--from-json FILE [--markdown]] [--repredict FILE [--json]]
 
 (``--from-json`` prints the table of a document an earlier ``--json`` run saved, as
-markdown with ``--markdown``, without measuring again.)
+markdown with ``--markdown``, without measuring again. ``--repredict FILE`` scores this
+checkout's estimator against a saved document's measurements, e.g. of a machine not at hand.)
 
 Each row runs in a fresh subprocess (so no allocator state, cache or page carries over):
 
@@ -448,6 +449,40 @@ def print_saved(summary: dict[str, Any], markdown: bool) -> None:
     )
 
 
+def repredicted(saved: dict[str, Any], source: str) -> dict[str, Any]:
+    """``saved`` (a ``--json`` document) with every measured row predicted again by this
+    checkout's estimator: the measurements are the saved ones (so a document measured on a
+    machine not at hand scores today's estimator); each row keeps its saved prediction and
+    error beside the new ones. Rows whose label is no longer in :data:`GRID` are dropped."""
+    index_of = {entry[0]: index for index, entry in enumerate(GRID)}
+    rows = []
+    for row in saved["rows"]:
+        if row.get("measured_bytes") is None or row["label"] not in index_of:
+            continue
+        config = row_config(index_of[row["label"]], saved.get("device", "cpu"))
+        predicted, items = predicted_bytes(config, reuse=bool(row.get("host_memory_reuse")))
+        rows.append(
+            {
+                **row,
+                "saved_predicted_bytes": row["predicted_bytes"],
+                "saved_error": row["error"],
+                "predicted_bytes": predicted,
+                "error": predicted / row["measured_bytes"] - 1,
+                "items": items,
+            }
+        )
+    ok = [r for r in rows if abs(r["error"]) <= GOAL]
+    return {
+        "device": saved.get("device", "cpu"),
+        "goal": GOAL,
+        "rows": rows,
+        "within_goal": len(ok),
+        "total": len(rows),
+        "repredicted_from": {"file": source, "provenance": saved.get("provenance")},
+        "provenance": provenance(),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON document")
@@ -460,6 +495,11 @@ def main() -> int:
     )
     parser.add_argument("--from-json", metavar="FILE", help="table of a saved --json document")
     parser.add_argument("--markdown", action="store_true", help="with --from-json: markdown")
+    parser.add_argument(
+        "--repredict",
+        metavar="FILE",
+        help="a saved --json document's measurements against this checkout's predictions",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -468,6 +508,14 @@ def main() -> int:
     if args.from_json:
         with open(args.from_json, encoding="utf-8") as saved:
             print_saved(json.load(saved), args.markdown)
+        return 0
+    if args.repredict:
+        with open(args.repredict, encoding="utf-8") as saved:
+            document = repredicted(json.load(saved), args.repredict)
+        if args.json:
+            print(json.dumps(document, indent=2))
+        else:
+            print_saved(document, markdown=False)
         return 0
     indices = [int(i) for i in args.only.split(",")] if args.only else range(len(GRID))
     skipped = []
