@@ -212,7 +212,7 @@ def test_the_step_clock_records_the_warm_median_and_the_compile_seconds(ledger) 
     assert not too_few.record(compiled=False) and lookup("few") is None
     nothing = StepClock(None)  # a run the planner did not decide for
     nothing.add(1.0)
-    assert not nothing.seconds and not nothing.record(compiled=False)
+    assert not nothing.by_depth and not nothing.record(compiled=False)
 
 
 def test_the_step_clock_counts_each_depths_compile_and_the_timings(ledger) -> None:

@@ -16,7 +16,7 @@ above the median of their own depth's warm steps. A run that took fewer than
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from trm.device.compile import compile_network, is_compiled, uncompile_network
 from trm.device.compile_ledger import cache_answer, compile_cache_counts, record_measurement
@@ -29,6 +29,12 @@ MIN_TIMED_STEPS = 5
 Depth = tuple[int, int]
 
 
+def compile_excess_s(first_s: Sequence[float], warm_median_s: float) -> float:
+    """Compile seconds in the first steps of a depth: their seconds above as many warm
+    steps of that depth (never below 0)."""
+    return max(0.0, sum(first_s) - len(first_s) * warm_median_s)
+
+
 class StepClock:
     """Seconds of each step this process took, by recursion depth, the compile seconds of
     steps timed before the loop, and torch's compile-cache counts when the clock started,
@@ -36,7 +42,6 @@ class StepClock:
 
     def __init__(self, key: str | None) -> None:
         self.key = key
-        self.seconds: list[float] = []
         self.by_depth: dict[Depth | None, list[float]] = {}
         self.compile_s_before_loop = 0.0
         self.cache_before = compile_cache_counts()
@@ -44,7 +49,6 @@ class StepClock:
     def add(self, seconds: float, depth: Depth | None = None) -> None:
         """One step of ``seconds`` at ``depth`` (``(H_cycles, L_cycles)`` in force)."""
         if self.key is not None:
-            self.seconds.append(seconds)
             self.by_depth.setdefault(depth, []).append(seconds)
 
     def add_compile_seconds(self, seconds: float) -> None:
@@ -60,8 +64,7 @@ class StepClock:
         for steps in self.by_depth.values():
             warm = steps[WARM_AFTER_STEPS:]
             if len(warm) >= MIN_TIMED_STEPS:
-                first = steps[:WARM_AFTER_STEPS]
-                total += max(0.0, sum(first) - len(first) * statistics.median(warm))
+                total += compile_excess_s(steps[:WARM_AFTER_STEPS], statistics.median(warm))
         return total
 
     def record(self, compiled: bool) -> bool:

@@ -27,7 +27,7 @@ import attrs
 import torch
 
 from trm.device.rng import capture_rng, restore_rng
-from trm.loop.compile_record import StepClock
+from trm.loop.compile_record import StepClock, compile_excess_s
 from trm.measure.loop_timing import BENCH_OFF, NO_EVAL_SPLIT, OtherLoad, small_data_spec, time_loop
 from trm.plan.dataset import ensure_dataset
 from trm.plan.pipeline import Plan
@@ -98,8 +98,7 @@ def time_depths(
                     raise KeyboardInterrupt
                 seconds[depth] = statistics.median(timing.step_s)
                 if clock is not None and plan.runtime.compile:
-                    warmup_s = timing.warmup_s
-                    clock.add_compile_seconds(sum(warmup_s) - len(warmup_s) * seconds[depth])
+                    clock.add_compile_seconds(compile_excess_s(timing.warmup_s, seconds[depth]))
     finally:
         restore_rng(generators, backend, device)
         shutil.rmtree(root, ignore_errors=True)
